@@ -1,0 +1,80 @@
+"""Built-in targets: implementations the harness can check against the model.
+
+A target is a callable that takes a *normalized* protocol query (a dict, as
+:meth:`kvhit.model.spec.Query.to_json` makes it) and returns
+``{"length": L, "blocks": [[j, ...] per group]}``.
+
+    >>> answer = get("model")({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
+    ...                        "cached": [[True, False]], "max_length": 2,
+    ...                        "num_tokens": 3, "alignment": 1})
+    >>> answer
+    {'length': 1, 'blocks': [[0]]}
+
+Built-ins are imported only when asked for, so ``vllm`` costs nothing unless used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from kvhit.model.algorithms import fixed_point, min_of_groups
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import answer_at
+
+Target = Callable[[dict[str, Any]], Any]
+
+
+class TargetError(Exception):
+    """A target that cannot be found or loaded."""
+
+
+def model_target(query: dict[str, Any]) -> dict[str, Any]:
+    """The reference: the fixed point, with the blocks the spec reuses there."""
+    q = parse_query(query)
+    return answer_at(q, fixed_point(q)).to_json()
+
+
+def seed_min_target(query: dict[str, Any]) -> dict[str, Any]:
+    """The rejected PR: the min of the per-group hits (known wrong, only ever unsafe)."""
+    q = parse_query(query)
+    return answer_at(q, min_of_groups(q)).to_json()
+
+
+BUILTINS: dict[str, str] = {
+    "model": "kvhit.targets:model_target",
+    "seed-min": "kvhit.targets:seed_min_target",
+    "impl": "kvhit.impl.target:impl_target",
+    "vllm": "kvhit.adapters.vllm:vllm_target",
+}
+
+INSTALL_HINTS = {
+    "vllm": "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)",
+}
+
+
+def load_callable(spec: str) -> Target:
+    """Import ``module:function`` and return the function."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise TargetError(f"target {spec!r}: expected module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise TargetError(f"target {spec!r}: cannot import {module_name} ({err})") from None
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise TargetError(f"target {spec!r}: {module_name} has no callable {attr!r}")
+    return func
+
+
+def get(name: str) -> Target:
+    """The built-in target called ``name`` (see :data:`BUILTINS`)."""
+    if name not in BUILTINS:
+        raise TargetError(f"unknown target {name!r}; built-in targets: {', '.join(BUILTINS)}")
+    try:
+        return load_callable(BUILTINS[name])
+    except TargetError as err:
+        hint = INSTALL_HINTS.get(name)
+        raise TargetError(f"{err}; {hint}" if hint else str(err)) from None

@@ -1,0 +1,67 @@
+"""``kvhit verify``: the main job, as a list of sections.
+
+A section is a function ``(console, quick) -> bool`` that prints its own part of the
+report and says whether everything in it held. The first section reproduces the three
+facts of DESIGN.md §1 ("the seed example, made exact") from the files in examples/.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from importlib import resources
+
+from rich.console import Console
+
+from kvhit.cli import check_report, check_text
+from kvhit.model.protocol import parse_query
+
+# The facts DESIGN.md §1 states about each example: what min-of-groups says, and L*.
+SEED_FACTS = {
+    "seed_reviewer_as_written.json": (
+        "as the reviewer wrote it, windows 2 and 3: not a counterexample",
+        {"per_group": [5, 4], "min_of_groups": 4, "length": 4},
+    ),
+    "seed_reviewer_exact.json": (
+        "with windows 3 and 4 the reviewer's example is exact: min says 4, L* is 0",
+        {"per_group": [5, 4], "min_of_groups": 4, "length": 0},
+    ),
+    "seed_minimal.json": (
+        "the smallest counterexample to min: per-group hits 2 and 1, min 1, L* 0",
+        {"per_group": [2, 1], "min_of_groups": 1, "length": 0},
+    ),
+}
+
+
+def examples_section(console: Console, quick: bool) -> bool:
+    """Check each seed example reproduces the fact DESIGN.md §1 states."""
+    console.rule("the seed example, made exact")
+    ok = True
+    for name, (fact, expected) in SEED_FACTS.items():
+        text = resources.files("kvhit.examples").joinpath(name).read_text(encoding="utf-8")
+        q = parse_query(json.loads(text))
+        report = check_report(q)
+        got = {key: report[key] for key in expected}
+        held = got == expected and report["fixed_point"] == report["length"]
+        ok &= held
+        console.print(f"[bold]{name}[/bold]: {fact}", highlight=False)
+        console.print(check_text(q, report), highlight=False, markup=False)
+        console.print("[green]holds[/green]" if held else f"[red]does not hold[/red]: {got}")
+    return ok
+
+
+def run_sections(sections: list[tuple[str, str]], quick: bool) -> bool:
+    """Run every ``(name, module:function)`` section in order, even after a failure,
+    then print the summary."""
+    console = Console(highlight=False, soft_wrap=True)
+    results = []
+    for name, spec in sections:
+        module, _, attr = spec.partition(":")
+        section = getattr(importlib.import_module(module), attr)
+        results.append((name, section(console, quick)))
+    console.rule("summary")
+    for name, held in results:
+        console.print(f"{name:12} {'[green]ok[/green]' if held else '[red]FAILED[/red]'}")
+    passed = sum(held for _, held in results)
+    console.print(f"{passed} of {len(results)} sections ok")
+    return passed == len(results)

@@ -1,0 +1,152 @@
+"""The JSON query protocol (DESIGN.md §5): parse, check and normalize queries.
+
+    >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2}],
+    ...                  "cached": ["110"], "max_length": 5})
+    >>> q.cached, q.alignment, q.num_tokens
+    (((True, True, False),), 2, 6)
+    >>> parse_query({"groups": [{"kind": "sliding_window", "block_size": 2}],
+    ...              "cached": [[]], "max_length": 5})
+    Traceback (most recent call last):
+    ...
+    kvhit.model.protocol.QueryError: groups[0].window: missing: a sliding_window group needs a window
+
+Every problem raises :class:`QueryError`, whose message starts with the field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Query, default_alignment
+
+QUERY_FIELDS = {"groups", "cached", "max_length", "num_tokens", "alignment"}
+GROUP_FIELDS = {"kind", "block_size", "window", "chunk", "eagle"}
+KIND_PARAMS = {"sliding_window": "window", "chunked_local": "chunk"}
+
+
+class QueryError(ValueError):
+    """A query that is not a valid protocol query; the message names the field."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def _int(value: Any, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise QueryError(field, f"must be an integer, got {json.dumps(value)}")
+    if value < minimum:
+        raise QueryError(field, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _object(value: Any, field: str, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise QueryError(field, f"must be a JSON object, got {type(value).__name__}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise QueryError(f"{field}.{unknown[0]}" if field else unknown[0], "unknown field")
+    return value
+
+
+def parse_group(obj: Any, field: str) -> Group:
+    """Check one group object and build its :class:`Group`."""
+    obj = _object(obj, field, GROUP_FIELDS)
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        shown = "missing" if kind is None else f"unknown kind {json.dumps(kind)}"
+        raise QueryError(f"{field}.kind", f"{shown}; expected one of {', '.join(KINDS)}")
+    if "block_size" not in obj:
+        raise QueryError(f"{field}.block_size", "missing")
+    block_size = _int(obj["block_size"], f"{field}.block_size", 1)
+    params: dict[str, int] = {}
+    for key in ("window", "chunk"):
+        if key in obj and KIND_PARAMS.get(kind) != key:
+            raise QueryError(f"{field}.{key}", f"not a parameter of a {kind} group")
+    if kind in KIND_PARAMS:
+        key = KIND_PARAMS[kind]
+        if key not in obj:
+            raise QueryError(f"{field}.{key}", f"missing: a {kind} group needs a {key}")
+        params[key] = _int(obj[key], f"{field}.{key}", 1)
+    eagle = obj.get("eagle", False)
+    if not isinstance(eagle, bool):
+        raise QueryError(f"{field}.eagle", f"must be true or false, got {json.dumps(eagle)}")
+    if eagle and kind not in EAGLE_KINDS:
+        raise QueryError(f"{field}.eagle", f"only full and sliding_window groups can be eagle, not {kind}")
+    return Group(kind, block_size, eagle=eagle, **params)
+
+
+def parse_row(row: Any, field: str) -> tuple[bool, ...]:
+    """A cached row from a list of booleans, a list of 0/1, or a string of '1'/'0'."""
+    if isinstance(row, str):
+        bad = next((ch for ch in row if ch not in "01"), None)
+        if bad is not None:
+            raise QueryError(field, f"a string row holds only '1' and '0', found {bad!r}")
+        return tuple(ch == "1" for ch in row)
+    if not isinstance(row, list):
+        raise QueryError(field, f"must be a list of booleans, 0/1, or a '1'/'0' string, got {type(row).__name__}")
+    out = []
+    for j, bit in enumerate(row):
+        if isinstance(bit, bool):
+            out.append(bit)
+        elif isinstance(bit, int) and bit in (0, 1):
+            out.append(bit == 1)
+        else:
+            raise QueryError(f"{field}[{j}]", f"must be true/false or 0/1, got {json.dumps(bit)}")
+    return tuple(out)
+
+
+def parse_query(obj: Any) -> Query:
+    """Check a protocol query (a decoded JSON object) and build its :class:`Query`."""
+    obj = _object(obj, "", QUERY_FIELDS)
+    if not isinstance(obj.get("groups"), list) or not obj["groups"]:
+        raise QueryError("groups", "must be a non-empty list of group objects")
+    groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(obj["groups"]))
+    for key in ("cached", "max_length"):
+        if key not in obj:
+            raise QueryError(key, "missing")
+    cached = obj["cached"]
+    if not isinstance(cached, list) or len(cached) != len(groups):
+        shown = f"{len(cached)} rows" if isinstance(cached, list) else type(cached).__name__
+        raise QueryError("cached", f"must be a list with one row per group ({len(groups)}), got {shown}")
+    rows = tuple(parse_row(r, f"cached[{i}]") for i, r in enumerate(cached))
+    max_length = _int(obj["max_length"], "max_length", 0)
+    num_tokens = _int(obj.get("num_tokens", max_length + 1), "num_tokens", 1)
+    if num_tokens <= max_length:
+        raise QueryError("num_tokens", f"must be greater than max_length ({max_length}), got {num_tokens}")
+    alignment = _int(obj.get("alignment", default_alignment(groups)), "alignment", 1)
+    for i, g in enumerate(groups):
+        if alignment % g.block_size:
+            raise QueryError(
+                "alignment", f"{alignment} is not a multiple of groups[{i}].block_size ({g.block_size})"
+            )
+    return Query(groups, rows, max_length, num_tokens, alignment)
+
+
+def load_queries(text: str) -> list[Any]:
+    """Decode a file's text: one JSON object, or JSON lines (one query per line).
+
+    Returns the decoded objects (not yet checked); raises :class:`QueryError` naming
+    the line of a line that is not JSON.
+    """
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict):
+        return [whole]
+    if whole is not None:
+        raise QueryError("query", f"must be a JSON object or JSON lines, got {type(whole).__name__}")
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise QueryError(f"line {number}", f"not valid JSON ({err.msg} at column {err.colno})") from None
+    if not out:
+        raise QueryError("query", "the input holds no query")
+    return out
