@@ -30,6 +30,13 @@ class TargetError(Exception):
     """A target that cannot be found or loaded."""
 
 
+class Unsupported(Exception):
+    """Raised by a target for a configuration it refuses (an engine's own asserts).
+
+    The harness reports it as the class ``unsupported``, not as a disagreement.
+    """
+
+
 def model_target(query: dict[str, Any]) -> dict[str, Any]:
     """The reference: the fixed point, with the blocks the spec reuses there."""
     q = parse_query(query)
