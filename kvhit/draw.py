@@ -1,14 +1,14 @@
 """Drawing cache states and explaining answers, for people (DESIGN.md §5).
 
-    >>> from kvhit.model.protocol import parse_query
-    >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
-    ...                  "cached": ["01", "10"], "max_length": 2})
-    >>> print(draw(q))
-    query: M=2 A=1
-    group 0  sliding_window w=2 b=1   . #
-    group 1  sliding_window w=2 b=1   # .
-    >>> print(judge(q, "target", 1))
-    target answered 1 (unsafe): group 0 needs block 0 at L=1, not cached
+>>> from kvhit.model.protocol import parse_query
+>>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
+...                  "cached": ["01", "10"], "max_length": 2})
+>>> print(draw(q))
+query: M=2 A=1
+group 0  sliding_window w=2 b=1   . #
+group 1  sliding_window w=2 b=1   # .
+>>> print(judge(q, "target", 1))
+target answered 1 (unsafe): group 0 needs block 0 at L=1, not cached
 """
 
 from __future__ import annotations

@@ -74,7 +74,9 @@ def parse_group(obj: Any, field: str) -> Group:
     if not isinstance(eagle, bool):
         raise QueryError(f"{field}.eagle", f"must be true or false, got {json.dumps(eagle)}")
     if eagle and kind not in EAGLE_KINDS:
-        raise QueryError(f"{field}.eagle", f"only full and sliding_window groups can be eagle, not {kind}")
+        raise QueryError(
+            f"{field}.eagle", f"only full and sliding_window groups can be eagle, not {kind}"
+        )
     return Group(kind, block_size, eagle=eagle, **params)
 
 
@@ -86,7 +88,9 @@ def parse_row(row: Any, field: str) -> tuple[bool, ...]:
             raise QueryError(field, f"a string row holds only '1' and '0', found {bad!r}")
         return tuple(ch == "1" for ch in row)
     if not isinstance(row, list):
-        raise QueryError(field, f"must be a list of booleans, 0/1, or a '1'/'0' string, got {type(row).__name__}")
+        raise QueryError(
+            field, f"must be a list of booleans, 0/1, or a '1'/'0' string, got {type(row).__name__}"
+        )
     out = []
     for j, bit in enumerate(row):
         if isinstance(bit, bool):
@@ -110,17 +114,22 @@ def parse_query(obj: Any) -> Query:
     cached = obj["cached"]
     if not isinstance(cached, list) or len(cached) != len(groups):
         shown = f"{len(cached)} rows" if isinstance(cached, list) else type(cached).__name__
-        raise QueryError("cached", f"must be a list with one row per group ({len(groups)}), got {shown}")
+        raise QueryError(
+            "cached", f"must be a list with one row per group ({len(groups)}), got {shown}"
+        )
     rows = tuple(parse_row(r, f"cached[{i}]") for i, r in enumerate(cached))
     max_length = _int(obj["max_length"], "max_length", 0)
     num_tokens = _int(obj.get("num_tokens", max_length + 1), "num_tokens", 1)
     if num_tokens <= max_length:
-        raise QueryError("num_tokens", f"must be greater than max_length ({max_length}), got {num_tokens}")
+        raise QueryError(
+            "num_tokens", f"must be greater than max_length ({max_length}), got {num_tokens}"
+        )
     alignment = _int(obj.get("alignment", default_alignment(groups)), "alignment", 1)
     for i, g in enumerate(groups):
         if alignment % g.block_size:
             raise QueryError(
-                "alignment", f"{alignment} is not a multiple of groups[{i}].block_size ({g.block_size})"
+                "alignment",
+                f"{alignment} is not a multiple of groups[{i}].block_size ({g.block_size})",
             )
     return Query(groups, rows, max_length, num_tokens, alignment)
 
@@ -138,7 +147,9 @@ def load_queries(text: str) -> list[Any]:
     if isinstance(whole, dict):
         return [whole]
     if whole is not None:
-        raise QueryError("query", f"must be a JSON object or JSON lines, got {type(whole).__name__}")
+        raise QueryError(
+            "query", f"must be a JSON object or JSON lines, got {type(whole).__name__}"
+        )
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -146,7 +157,9 @@ def load_queries(text: str) -> list[Any]:
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError as err:
-            raise QueryError(f"line {number}", f"not valid JSON ({err.msg} at column {err.colno})") from None
+            raise QueryError(
+                f"line {number}", f"not valid JSON ({err.msg} at column {err.colno})"
+            ) from None
     if not out:
         raise QueryError("query", "the input holds no query")
     return out

@@ -147,9 +147,7 @@ def valid(g: Group, row: Any, length: Any, num_tokens: Any, ops: Ops = PY) -> An
     """valid_g(L): group g can serve a hit of ``length`` tokens from cache."""
     lo, hi = reused_range(g, length, ops)
     if g.eagle:
-        served = ops.and_(
-            ops.all_cached(row, lo, hi + 1), length + g.block_size <= num_tokens
-        )
+        served = ops.and_(ops.all_cached(row, lo, hi + 1), length + g.block_size <= num_tokens)
     else:
         served = ops.all_cached(row, lo, hi)
     return ops.or_(length == 0, served)

@@ -125,10 +125,14 @@ def test_eagle_drops_once_not_every_pass():
 
 
 def test_mixed_block_sizes_align_to_the_lcm():
-    q = query([{"kind": "full", "block_size": 2}, {"kind": "full", "block_size": 3}], ["111", "11"], 6)
+    q = query(
+        [{"kind": "full", "block_size": 2}, {"kind": "full", "block_size": 3}], ["111", "11"], 6
+    )
     assert q.alignment == 6
     assert fixed_point(q) == brute_force(q) == 6
-    q = query([{"kind": "full", "block_size": 2}, {"kind": "full", "block_size": 3}], ["11", "11"], 6)
+    q = query(
+        [{"kind": "full", "block_size": 2}, {"kind": "full", "block_size": 3}], ["11", "11"], 6
+    )
     assert fixed_point(q) == brute_force(q) == 0
 
 

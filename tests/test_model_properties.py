@@ -37,9 +37,7 @@ def test_each_finder_returns_the_largest_valid_length_up_to_m(q: Query):
     for g, row in zip(q.groups, q.cached):
         for m in range(q.max_length + 1):
             hit = find(g, row, m, q.alignment, q.num_tokens)
-            best = max(
-                L for L in range(0, m + 1, q.alignment) if valid(g, row, L, q.num_tokens)
-            )
+            best = max(L for L in range(0, m + 1, q.alignment) if valid(g, row, L, q.num_tokens))
             assert hit == best, (g, row, m)
 
 
