@@ -1,0 +1,67 @@
+"""The impl's lookup against vLLM's ``find_longest_cache_hit``, on identical states.
+
+Run in the vLLM environment (scripts/install-vllm.sh):
+``/work/venv-vllm/bin/python benchmarks/vllm_side_by_side.py [--repeats N]``.
+
+Each state (:func:`kvhit.impl.bench.bench_states`: a 131,072-token prompt, block size
+16, full + sliding window 128 + sliding window 1024, with and without a mamba group,
+in three cases) is built once as the impl's pool and once as vLLM's block pool
+holding exactly the same cached blocks (:func:`kvhit.adapters.vllm.prepare`). Both
+lookups then run in this one process; each time is the fastest of N runs, and the
+ratio is vLLM time / impl time.
+"""
+
+from __future__ import annotations
+
+import click
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from kvhit.adapters.vllm import prepare
+from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, BenchState, bench_states, best_time
+
+
+def vllm_lookup(state: BenchState):
+    """vLLM's lookup on the state, ready to be timed; and the hit length it finds."""
+    coordinator, hashes = prepare(state.query)
+
+    def run():
+        return coordinator.find_longest_cache_hit(hashes, state.query.max_length)
+
+    return run, run()[1]
+
+
+@click.command()
+@click.option("--repeats", default=5, show_default=True, help="runs per lookup; the best counts")
+@click.option("--tokens", default=NUM_TOKENS, show_default=True, help="prompt length")
+def main(repeats: int, tokens: int) -> None:
+    """Print the side-by-side table; exit 1 if the two lookups ever disagree."""
+    torch.set_num_threads(1)
+    table = Table(title=f"lookup on a {tokens:,}-token prompt, block size {BLOCK_SIZE}")
+    for column in ("groups", "case", "L*", "impl (ms)", "vLLM (ms)", "vLLM / impl"):
+        table.add_column(column, justify="left" if column in ("groups", "case") else "right")
+    agree = True
+    for with_mamba in (False, True):
+        label = "full + sw128 + sw1024" + (" + mamba" if with_mamba else "")
+        for state in bench_states(tokens, with_mamba):
+            length = state.impl_lookup().length
+            run_vllm, vllm_length = vllm_lookup(state)
+            agree &= length == vllm_length
+            impl = best_time(state.impl_lookup, repeats)
+            vllm = best_time(run_vllm, repeats)
+            table.add_row(
+                label,
+                state.name,
+                f"{length:,}",
+                f"{impl * 1e3:.2f}",
+                f"{vllm * 1e3:.2f}",
+                f"{vllm / impl:.1f}x",
+            )
+    Console(width=120).print(table)
+    if not agree:
+        raise SystemExit("the impl and vLLM disagree on a benchmark state")
+
+
+if __name__ == "__main__":
+    main()

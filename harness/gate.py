@@ -1,0 +1,63 @@
+"""The gate's plan: exhaustive small scopes, then the solver corpus, then random
+queries for the time budget. Used by ``kvhit gate``, ``kvhit verify`` and the
+pytest plugin.
+
+    >>> from kvhit.harness.runner import open_target
+    >>> engine = run_gate(Engine(open_target("model"), "model"), seconds=0.2)
+    >>> engine.disagreements, engine.cases > 7000
+    (0, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from kvhit.harness import corpus, exhaustive
+from kvhit.harness.engine import Case, Engine, Phase
+from kvhit.harness.random_cases import CHOICES, random_queries
+
+DEFAULT_SECONDS = 20.0
+
+
+def exhaustive_cases() -> Iterator[Case]:
+    """Every state of every gate scope, with L* from the vectorized reference."""
+    for scope in exhaustive.gate_scopes():
+        yield from exhaustive.cases(scope)
+
+
+def corpus_cases() -> Iterator[Case]:
+    """The solver and boundary states (L* worked out by the engine)."""
+    return ((q, None) for q in corpus.corpus_queries())
+
+
+def random_cases(seed: int, max_blocks: int, kinds: Sequence[str]) -> Iterator[Case]:
+    """Endless seeded random queries."""
+    return ((q, None) for q in random_queries(seed, None, max_blocks, kinds))
+
+
+def gate_phases(
+    seconds: float = DEFAULT_SECONDS,
+    seed: int = 0,
+    max_blocks: int = 8,
+    kinds: Sequence[str] = CHOICES,
+    cases: int | None = None,
+) -> list[Phase]:
+    """The three phases; the random one runs ``seconds`` (and at most ``cases`` cases)."""
+    return [
+        Phase("exhaustive", exhaustive_cases()),
+        Phase("corpus", corpus_cases()),
+        Phase("random", random_cases(seed, max_blocks, kinds), seconds, cases),
+    ]
+
+
+def run_phases(engine: Engine, phases: Sequence[Phase]) -> Engine:
+    """Run the phases in order on ``engine``; stop early if it stops at a disagreement."""
+    for phase in phases:
+        if not engine.run(phase):
+            break
+    return engine
+
+
+def run_gate(engine: Engine, seconds: float = DEFAULT_SECONDS, seed: int = 0) -> Engine:
+    """The gate with its defaults on ``engine``."""
+    return run_phases(engine, gate_phases(seconds, seed))

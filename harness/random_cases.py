@@ -1,0 +1,87 @@
+"""A fast seeded random generator of queries: the same seed gives the same queries.
+
+Windows, chunks, M and the cache density are drawn near the values where hits
+change: windows and chunks around multiples of the block size, M around multiples
+of the alignment, and rows that are mostly cached with a few holes.
+
+    >>> a = [q.to_json() for q in random_queries(seed=3, count=5)]
+    >>> b = [q.to_json() for q in random_queries(seed=3, count=5)]
+    >>> a == b
+    True
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from itertools import count as forever
+from math import lcm
+from typing import Any
+
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import EAGLE_KINDS, KINDS, Query
+
+CHOICES = (*KINDS, "eagle")
+BLOCK_SIZES = (1, 1, 1, 2, 4)
+
+
+def near(rng: random.Random, unit: int, top: int) -> int:
+    """A value >= 1 within one of a multiple of ``unit`` up to about ``top``."""
+    return max(1, unit * rng.randint(0, max(1, top // unit)) + rng.randint(-1, 1))
+
+
+def random_group(
+    rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int
+) -> dict[str, Any]:
+    """One group object of block size ``b``, its kind drawn from ``kinds`` (``eagle``
+    allows eagle flags)."""
+    base = [k for k in kinds if k in KINDS] or ["full"]
+    kind = rng.choice(base)
+    group: dict[str, Any] = {"kind": kind, "block_size": b}
+    if kind == "sliding_window":
+        group["window"] = near(rng, b, b * max_blocks)
+    if kind == "chunked_local":
+        group["chunk"] = near(rng, b, b * max_blocks)
+    if "eagle" in kinds and kind in EAGLE_KINDS and rng.random() < 0.3:
+        group["eagle"] = True
+    return group
+
+
+def random_row(rng: random.Random, blocks: int) -> str:
+    """A cache row of about ``blocks`` blocks, mostly cached or sparse."""
+    density = rng.choice((0.5, 0.8, 0.95))
+    length = max(0, blocks + rng.randint(-1, 1))
+    return "".join("1" if rng.random() < density else "0" for _ in range(length))
+
+
+def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
+    """One random query with at most ``max_blocks`` blocks per group in reach of M."""
+    common = rng.choice(BLOCK_SIZES)
+    sizes = [
+        common if rng.random() < 0.7 else rng.choice(BLOCK_SIZES) for _ in range(rng.randint(1, 4))
+    ]
+    groups = [random_group(rng, kinds, max_blocks, b) for b in sizes]
+    alignment = lcm(*sizes) * rng.choice((1, 1, 1, 2))
+    reach = min(sizes) * max_blocks
+    max_length = alignment * rng.randint(0, max(1, reach // alignment)) + rng.randint(-1, 1)
+    max_length = max(0, min(max_length, reach))
+    num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, common))
+    cached = [random_row(rng, max_length // g["block_size"] + 1) for g in groups]
+    return parse_query(
+        {
+            "groups": groups,
+            "cached": cached,
+            "max_length": max_length,
+            "num_tokens": num_tokens,
+            "alignment": alignment,
+        }
+    )
+
+
+def random_queries(
+    seed: int, count: int | None = None, max_blocks: int = 8, kinds: Sequence[str] = CHOICES
+) -> Iterator[Query]:
+    """``count`` random queries (endless when None), the same for the same arguments."""
+    rng = random.Random(seed)
+    for _ in range(count) if count is not None else forever():
+        yield random_query(rng, max_blocks, kinds)

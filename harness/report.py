@@ -1,0 +1,129 @@
+"""Disagreements: the saved replay file, the drawing, the JSON and JUnit reports.
+
+A disagreement file is the JSON of :meth:`Disagreement.to_json`; ``kvhit replay``
+reads it back with :func:`load_disagreement`. Files are written atomically (a
+temporary file renamed into place) so a crash never leaves half a file.
+
+    >>> from kvhit.model.protocol import parse_query
+    >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
+    ...                  "cached": ["01", "10"], "max_length": 2})
+    >>> d = Disagreement("seed-min", "unsafe", q, {"length": 1, "blocks": [[0], [0]]},
+    ...                  "group 0 needs block 0 at L=1, not cached")
+    >>> print(d.render())
+    query: M=2 A=1
+    group 0  sliding_window w=2 b=1   . #
+    group 1  sliding_window w=2 b=1   @ .
+    target answered 1 (unsafe): group 0 needs block 0 at L=1, not cached
+    reference answer L* = 0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+from kvhit.draw import draw, judge
+from kvhit.model.protocol import QueryError, parse_query
+from kvhit.model.spec import Query, longest_hit
+
+FORMAT = "kvhit-disagreement/1"
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """A (shrunk) query on which the target disagrees with the reference."""
+
+    target: str
+    cls: str
+    query: Query
+    target_answer: Any
+    reason: str
+
+    def reference(self) -> dict[str, Any]:
+        """The reference answer: L* and the blocks each group reuses there."""
+        return longest_hit(self.query).to_json()
+
+    def to_json(self) -> dict[str, Any]:
+        """The replayable record (also an entry of ``gate --json``)."""
+        return {
+            "format": FORMAT,
+            "target": self.target,
+            "class": self.cls,
+            "query": self.query.to_json(),
+            "target_answer": self.target_answer,
+            "reference": self.reference(),
+            "reason": self.reason,
+        }
+
+    def name(self) -> str:
+        """A file name that is the same for the same target, class and query."""
+        key = json.dumps([self.target, self.cls, self.query.to_json()], sort_keys=True)
+        return f"{self.cls}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
+
+    def render(self) -> str:
+        """The query drawn (``@`` marks the blocks the target says it reuses), what
+        the target answered and why that is wrong, and L*."""
+        answer = self.target_answer
+        # Blocks are only drawn when they passed the protocol's checks.
+        blocks = answer.get("blocks") if isinstance(answer, dict) else None
+        marked = blocks if self.cls != "bad_return" else None
+        said = answer.get("length") if isinstance(answer, dict) else answer
+        if self.cls in ("unsafe", "lost_reuse"):
+            line = judge(self.query, "target", said)
+        elif self.cls == "wrong_blocks":
+            line = f"target answered {said} (wrong blocks): {self.reason}"
+        elif self.cls == "bad_return":
+            line = f"target returned {json.dumps(answer)[:80]} (bad return): {self.reason}"
+        else:
+            line = f"target {self.cls}: {self.reason}"
+        best = longest_hit(self.query)
+        return "\n".join([draw(self.query, marked), line, f"reference answer L* = {best.length}"])
+
+
+def save(d: Disagreement, out_dir: Path) -> Path:
+    """Write ``d`` into ``out_dir`` atomically; the path written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / d.name()
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(d.to_json(), f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_disagreement(text: str) -> tuple[Query, str | None]:
+    """The query of a saved disagreement (or of a plain protocol query) and its saved
+    class (None for a plain query); :class:`QueryError` naming the problem."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise QueryError("file", f"not valid JSON ({err.msg} at line {err.lineno})") from None
+    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        return parse_query(obj.get("query")), obj.get("class")
+    return parse_query(obj), None
+
+
+def junit_xml(target: str, cases: int, seconds: float, found: list[Disagreement]) -> str:
+    """A JUnit report: one test case per disagreement, or one passing case."""
+    suite = ElementTree.Element(
+        "testsuite",
+        name=f"kvhit gate {target}",
+        tests=str(max(1, len(found))),
+        failures=str(len(found)),
+        time=f"{seconds:.3f}",
+    )
+    if not found:
+        case = ElementTree.SubElement(suite, "testcase", name=f"{cases} cases", classname="kvhit")
+        case.set("time", f"{seconds:.3f}")
+    for d in found:
+        case = ElementTree.SubElement(suite, "testcase", name=d.name(), classname="kvhit")
+        failure = ElementTree.SubElement(case, "failure", message=f"{d.cls}: {d.reason}")
+        failure.text = d.render()
+    return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,231 @@
+"""Calling a target: a Python callable or a JSON-lines subprocess, with a per-call limit.
+
+Every call returns a :class:`Reply`: the target's raw answer, or what went wrong
+(``crash``, ``timeout``, ``unsupported``, or ``bad_return`` when a subprocess printed
+something that is not JSON). Judging the answer is :mod:`kvhit.harness.compare`'s job.
+
+    >>> runner = open_target("model")
+    >>> runner({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
+    ...         "cached": [[True]], "max_length": 1, "num_tokens": 2, "alignment": 1})
+    Reply(status='answer', value={'length': 1, 'blocks': [[0]]}, detail='')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kvhit import targets
+from kvhit.targets import TargetError, Unsupported
+
+DEFAULT_TIMEOUT = 10.0
+STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one call gave back.
+
+    ``status`` is ``answer`` (``value`` holds the decoded answer), ``crash``,
+    ``timeout``, ``unsupported`` or ``bad_return``; ``detail`` says more for a person.
+    """
+
+    status: str
+    value: Any = None
+    detail: str = ""
+
+
+class CallTimeout(BaseException):
+    """A Python target ran past its per-call limit.
+
+    A BaseException, so a target's own ``except Exception`` does not swallow it.
+    """
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`CallTimeout` in the block if it runs longer than ``seconds``.
+
+    Uses SIGALRM, so the limit applies only on the main thread (elsewhere the block
+    runs unlimited), and it interrupts Python code, not a single long call into C.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CallTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class CallableRunner:
+    """Calls a Python target in this process."""
+
+    def __init__(self, func: Callable[[dict[str, Any]], Any], timeout: float):
+        self.func = func
+        self.timeout = timeout
+
+    def __call__(self, query: dict[str, Any]) -> Reply:
+        try:
+            with time_limit(self.timeout):
+                value = self.func(query)
+        except CallTimeout:
+            return Reply("timeout", detail=f"no answer within {self.timeout:g} s")
+        except Unsupported as err:
+            return Reply("unsupported", detail=str(err))
+        except Exception as err:  # the target's own bug is what we are looking for
+            return Reply("crash", detail=f"{type(err).__name__}: {err}")
+        return Reply("answer", value)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class CommandRunner:
+    """Talks to a program over JSON lines: one query per line in, one answer per line out.
+
+    A program that hangs past the limit is killed and started again for the next
+    call; one that exits is started again too. The first answer after a start may
+    take :data:`STARTUP_GRACE` seconds longer (the program's own start-up). An answer
+    ``{"unsupported": "why"}`` is the program's way of refusing a configuration.
+    """
+
+    def __init__(self, command: str, timeout: float):
+        self.argv = shlex.split(command)
+        if not self.argv:
+            raise TargetError("--target-cmd: empty command")
+        self.timeout = timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pending = b""
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.pending = b""
+        try:
+            return subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+        except OSError as err:
+            raise TargetError(
+                f"--target-cmd: cannot start {self.argv[0]!r} ({err.strerror})"
+            ) from None
+
+    def _read_line(self, proc: subprocess.Popen[bytes], limit: float) -> bytes | None:
+        """One line of output (empty at end of output), or None when the limit passes.
+
+        Reads the pipe unbuffered, so a partial line never blocks the wait.
+        """
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + limit
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self.pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    return None
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return b""
+                self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line + b"\n"
+
+    def __call__(self, query: dict[str, Any]) -> Reply:
+        limit = self.timeout
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+            limit += STARTUP_GRACE
+        proc = self.proc
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(json.dumps(query).encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            self.close()
+            return Reply("crash", detail="the program exited before reading the query")
+        line = self._read_line(proc, limit)
+        if line is None:
+            self.close(kill=True)
+            return Reply(
+                "timeout", detail=f"no answer within {self.timeout:g} s (program restarted)"
+            )
+        if not line:
+            code = proc.wait()
+            self.close()
+            return Reply("crash", detail=f"the program exited with code {code}")
+        text = line.decode(errors="replace").strip()
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            return Reply("bad_return", text, f"not JSON: {text[:80]!r}")
+        if isinstance(value, dict) and set(value) == {"unsupported"}:
+            return Reply("unsupported", detail=str(value["unsupported"]))
+        return Reply("answer", value)
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the program: end its input and wait a moment, then kill it (at once
+        with ``kill``)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=0 if kill else 0.5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+Runner = CallableRunner | CommandRunner
+
+
+def load_target(name: str) -> Callable[[dict[str, Any]], Any]:
+    """A built-in target, or ``module:function`` imported with the current directory
+    on the path."""
+    if ":" not in name:
+        return targets.get(name)
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return targets.load_callable(name)
+    except TargetError:
+        raise
+    except Exception as err:  # the module itself failed while being imported
+        reason = f"{type(err).__name__}: {err}"
+        raise TargetError(f"target {name!r}: importing it failed ({reason})") from None
+
+
+def open_target(
+    name: str | None = None, command: str | None = None, timeout: float = DEFAULT_TIMEOUT
+) -> Runner:
+    """A runner for ``--target NAME`` or ``--target-cmd CMD`` (exactly one of them).
+
+    Raises :class:`kvhit.targets.TargetError` when the target cannot be loaded.
+    """
+    if name is not None and command is None:
+        return CallableRunner(load_target(name), timeout)
+    if command is not None and name is None:
+        return CommandRunner(command, timeout)
+    raise TargetError("give exactly one of --target and --target-cmd")

@@ -1,0 +1,156 @@
+"""Shrinking a disagreement to a small query that still shows it.
+
+Greedy: try each simpler query in turn (fewer groups, a smaller M, fewer blocks,
+fewer cached blocks, smaller windows and chunks, smaller block sizes, no eagle flag,
+the default alignment), keep the first that still has the property, and start over
+until nothing simpler has it. Every candidate goes through the protocol's own checks,
+so a shrunk query is always a valid one.
+
+    >>> from kvhit.model.protocol import parse_query
+    >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}] * 3,
+    ...                  "cached": ["1111", "1101", "1111"], "max_length": 4})
+    >>> small = shrink(q, lambda c: any(not all(row) for row in c.cached))
+    >>> small.to_json()["cached"], small.max_length
+    ([[False]], 0)
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator
+from math import lcm
+from typing import Any
+
+from kvhit.model.protocol import QueryError, parse_query
+from kvhit.model.spec import Query
+
+Json = dict[str, Any]
+
+
+def smaller_ints(value: int, floor: int) -> list[int]:
+    """Values below ``value`` and at least ``floor`` to try, smallest first."""
+    picks = [floor, value // 2, value - 1]
+    return sorted({v for v in picks if floor <= v < value})
+
+
+def without_groups(q: Json) -> Iterator[Json]:
+    """The query with one group (and its row) left out."""
+    if len(q["groups"]) < 2:
+        return
+    for i in range(len(q["groups"])):
+        out = copy.deepcopy(q)
+        del out["groups"][i], out["cached"][i]
+        yield out
+
+
+def smaller_limits(q: Json) -> Iterator[Json]:
+    """A smaller M (and T), or a smaller T alone."""
+    extra = q["num_tokens"] - q["max_length"]
+    for m in smaller_ints(q["max_length"], 0):
+        yield {**q, "max_length": m, "num_tokens": m + extra}
+        yield {**q, "max_length": m, "num_tokens": m + 1}
+    if extra > 1:
+        yield {**q, "num_tokens": q["max_length"] + 1}
+
+
+def without_span(q: Json) -> Iterator[Json]:
+    """The query with the tokens ``[i·A, (i+1)·A)`` cut out: every group loses the
+    blocks over them, later blocks move down, and M and T are A shorter."""
+    a = q["alignment"]
+    if q["max_length"] < a:
+        return
+    for i in range(q["max_length"] // a):
+        out = copy.deepcopy(q)
+        for g, row in zip(out["groups"], out["cached"]):
+            per = a // g["block_size"]
+            del row[i * per : (i + 1) * per]
+        out["max_length"] -= a
+        out["num_tokens"] -= a
+        yield out
+
+
+def shorter_rows(q: Json) -> Iterator[Json]:
+    """A row cut after the blocks M can reach, or one block shorter."""
+    for i, row in enumerate(q["cached"]):
+        g = q["groups"][i]
+        reach = q["max_length"] // g["block_size"] + 1
+        for length in sorted({min(len(row), reach), len(row) - 1}):
+            if 0 <= length < len(row):
+                out = copy.deepcopy(q)
+                out["cached"][i] = row[:length]
+                yield out
+
+
+def fewer_cached(q: Json) -> Iterator[Json]:
+    """One cached block uncached."""
+    for i, row in enumerate(q["cached"]):
+        for j, bit in enumerate(row):
+            if bit:
+                out = copy.deepcopy(q)
+                out["cached"][i][j] = False
+                yield out
+
+
+def simpler_groups(q: Json) -> Iterator[Json]:
+    """A group with a smaller window, chunk or block size, or without the eagle flag."""
+    for i, g in enumerate(q["groups"]):
+        changes: list[Json] = [{"eagle": False}] if g["eagle"] else []
+        for key in ("window", "chunk", "block_size"):
+            if key in g:
+                changes += [{key: v} for v in smaller_ints(g[key], 1)]
+        for change in changes:
+            out = copy.deepcopy(q)
+            out["groups"][i].update(change)
+            if "block_size" in change:
+                out["alignment"] = None
+            yield out
+
+
+def default_aligned(q: Json) -> Iterator[Json]:
+    """The query with the lcm of its block sizes as the alignment."""
+    yield {**q, "alignment": None}
+
+
+STEPS = (
+    without_groups,
+    smaller_limits,
+    without_span,
+    shorter_rows,
+    simpler_groups,
+    fewer_cached,
+    default_aligned,
+)
+
+
+def candidates(q: Query) -> Iterator[Query]:
+    """Every simpler valid query one step away from ``q``."""
+    base = q.to_json()
+    for step in STEPS:
+        for obj in step(base):
+            try:
+                if obj["alignment"] is None:
+                    obj = {**obj, "alignment": lcm(*(g["block_size"] for g in obj["groups"]))}
+                cand = parse_query(obj)
+            except QueryError:
+                continue
+            if cand != q:
+                yield cand
+
+
+def shrink(q: Query, keeps: Callable[[Query], bool], seconds: float = 10.0) -> Query:
+    """The smallest query found (within ``seconds``) from ``q`` for which ``keeps`` holds.
+
+    ``keeps(q)`` is assumed to hold; every query returned has passed ``keeps``.
+    """
+    deadline = time.monotonic() + seconds
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        for cand in candidates(q):
+            if time.monotonic() >= deadline:
+                break
+            if keeps(cand):
+                q, improved = cand, True
+                break
+    return q

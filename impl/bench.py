@@ -1,0 +1,97 @@
+"""The speed benchmark's cache states, and timers for the lookups on them.
+
+The states (DESIGN.md §4): a 131,072-token prompt, block size 16, groups full +
+sliding window 128 + sliding window 1024 (and a variant with a mamba group too), in
+three cases: everything cached, one full-attention block missing near the end, and
+the window-128 group missing every 64th block. :func:`bench_states` builds each one
+as a real pool (:meth:`~kvhit.impl.coordinator.Coordinator.preload`) and as the
+protocol query of the same state, so any other lookup can be timed side by side.
+
+    >>> state = bench_states(num_tokens=4096)[1]
+    >>> state.name, state.impl_lookup().length == state.model_lookup()
+    ('miss near the end', True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvhit.impl.coordinator import CacheHit, Coordinator, Request
+from kvhit.model.algorithms import fixed_point
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Group, Query
+
+NUM_TOKENS = 131_072
+BLOCK_SIZE = 16
+MISS_FROM_END = 8
+"""Case (b): the full group misses the block this many blocks before the last."""
+HOLE_EVERY = 64
+"""Case (c): the window-128 group misses blocks 63, 127, … (every 64th)."""
+
+
+def bench_groups(with_mamba: bool) -> list[Group]:
+    """full + sliding window 128 + sliding window 1024 (+ mamba), block size 16."""
+    groups = [
+        Group("full", BLOCK_SIZE),
+        Group("sliding_window", BLOCK_SIZE, window=128),
+        Group("sliding_window", BLOCK_SIZE, window=1024),
+    ]
+    return groups + [Group("mamba", BLOCK_SIZE)] if with_mamba else groups
+
+
+def case_rows(case: str, num_groups: int, num_blocks: int) -> list[list[bool]]:
+    """The cached bits of each group in one of the three cases."""
+    rows = [[True] * num_blocks for _ in range(num_groups)]
+    if case == "miss near the end":
+        rows[0][num_blocks - 1 - MISS_FROM_END] = False
+    if case == "sw missing every 64th block":
+        rows[1] = [j % HOLE_EVERY != HOLE_EVERY - 1 for j in range(num_blocks)]
+    return rows
+
+
+CASES = ("all cached", "miss near the end", "sw missing every 64th block")
+
+
+@dataclass
+class BenchState:
+    """One benchmark state, both as a pool with a request and as a protocol query."""
+
+    name: str
+    with_mamba: bool
+    coord: Coordinator
+    request: Request
+    query: Query
+
+    def impl_lookup(self) -> CacheHit:
+        """The torch coordinator's lookup on this state."""
+        return self.coord.find_longest_cache_hit(self.request, self.query.max_length)
+
+    def model_lookup(self) -> int:
+        """The model's plain-Python fixed point over its finders on this state."""
+        return fixed_point(self.query)
+
+
+def bench_states(num_tokens: int = NUM_TOKENS, with_mamba: bool = False) -> list[BenchState]:
+    """The three cases for one group set, each built as a real pool and a query."""
+    groups = bench_groups(with_mamba)
+    states = []
+    for case in CASES:
+        coord = Coordinator(groups, len(groups) * (num_tokens // BLOCK_SIZE) + 1)
+        request = coord.request([7] * num_tokens)
+        coord.preload(request, case_rows(case, len(groups), num_tokens // BLOCK_SIZE))
+        query = parse_query(coord.snapshot(request))
+        states.append(BenchState(case, with_mamba, coord, request, query))
+    return states
+
+
+def best_time(run: Callable[[], Any], repeats: int) -> float:
+    """The fastest of ``repeats`` runs, in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best

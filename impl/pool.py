@@ -1,0 +1,105 @@
+"""The block pool: physical blocks, reference counts, the prefix cache and eviction.
+
+Block 0 is the *null block*: it stands in a block table for a block a request does
+not hold (one that left its window), is never cached and never freed. Every other
+block is either in use (reference count > 0) or in the free queue. The free queue is
+in LRU order: a freed block goes to the back, a new block comes from the front. A
+freed block keeps its hash, so it can still be hit, until it is taken for new data:
+that is eviction.
+
+Each group has its own table from hash id to block id, a tensor, so the lookup asks
+for all of a request's blocks in one indexing operation.
+
+    >>> pool = BlockPool(num_blocks=3, num_groups=1)
+    >>> a, b = pool.allocate(), pool.allocate()
+    >>> pool.cache(a, group=0, hash_id=5)
+    True
+    >>> pool.free([a, b])
+    >>> pool.lookup(0, torch.tensor([5, 6])).tolist()
+    [1, -1]
+    >>> pool.allocate(), pool.lookup(0, torch.tensor([5])).tolist()
+    (1, [-1])
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import torch
+
+NULL_BLOCK = 0
+
+
+class PoolExhausted(RuntimeError):
+    """No free block is left: every block is in use by a running request."""
+
+
+class BlockPool:
+    """Physical blocks shared by every group (see the module docstring)."""
+
+    def __init__(self, num_blocks: int, num_groups: int):
+        if num_blocks < 1:
+            raise ValueError("a pool needs at least the null block")
+        self.ref_cnt = [0] * num_blocks
+        self.key: list[tuple[int, int] | None] = [None] * num_blocks
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        self.tables = [torch.full((0,), -1, dtype=torch.int64) for _ in range(num_groups)]
+
+    def lookup(self, group: int, hashes: torch.Tensor) -> torch.Tensor:
+        """The cached block holding each hash id of ``group``, or -1 (vectorized)."""
+        table = self.tables[group]
+        known = hashes < table.numel()
+        found = table[torch.where(known, hashes, 0)] if table.numel() else hashes
+        return torch.where(known, found, -1)
+
+    def allocate(self) -> int:
+        """Take the least recently freed block, evicting its cached data if any."""
+        if not self.free_queue:
+            raise PoolExhausted("every block is in use")
+        block, _ = self.free_queue.popitem(last=False)
+        self.uncache(block)
+        self.ref_cnt[block] = 1
+        return block
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """Take a reference to cached blocks a request reuses."""
+        for block in blocks:
+            if block == NULL_BLOCK:
+                continue
+            if self.ref_cnt[block] == 0:
+                del self.free_queue[block]
+            self.ref_cnt[block] += 1
+
+    def free(self, blocks: Iterable[int]) -> None:
+        """Drop a reference; a block nobody holds goes to the back of the free queue."""
+        for block in blocks:
+            if block == NULL_BLOCK:
+                continue
+            self.ref_cnt[block] -= 1
+            if self.ref_cnt[block] == 0:
+                self.free_queue[block] = None
+
+    def cache(self, block: int, group: int, hash_id: int) -> bool:
+        """Make ``block`` the cached copy of ``hash_id`` in ``group``.
+
+        Returns False (and caches nothing) when that hash is already cached: the
+        earlier copy stays the one that is hit.
+        """
+        if self.lookup(group, torch.tensor([hash_id])).item() >= 0:
+            return False
+        table = self.tables[group]
+        if hash_id >= table.numel():
+            grown = torch.full((max(2 * table.numel(), hash_id + 1),), -1, dtype=torch.int64)
+            grown[: table.numel()] = table
+            self.tables[group] = table = grown
+        table[hash_id] = block
+        self.key[block] = (group, hash_id)
+        return True
+
+    def uncache(self, block: int) -> None:
+        """Forget the cached data of ``block`` (eviction)."""
+        key = self.key[block]
+        if key is not None:
+            self.tables[key[0]][key[1]] = -1
+            self.key[block] = None

@@ -1,0 +1,26 @@
+"""The built-in target ``impl``: the torch cache's own lookup on a protocol query.
+
+>>> impl_target({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2,
+...                          "eagle": False}] * 2,
+...              "cached": [[False, True], [True, False]], "max_length": 2,
+...              "num_tokens": 3, "alignment": 1})
+{'length': 0, 'blocks': [[], []]}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvhit.impl.coordinator import Coordinator
+from kvhit.model.protocol import parse_query
+
+
+def impl_target(query: dict[str, Any]) -> dict[str, Any]:
+    """Build a pool holding exactly the query's cached blocks for a request of
+    ``num_tokens`` tokens, then answer with the coordinator's lookup."""
+    q = parse_query(query)
+    coord = Coordinator(q.groups, sum(map(sum, q.cached)) + 1, q.alignment)
+    request = coord.request([0] * q.num_tokens)
+    coord.preload(request, q.cached)
+    hit = coord.find_longest_cache_hit(request, q.max_length)
+    return {"length": hit.length, "blocks": hit.indices()}

@@ -1,0 +1,170 @@
+"""A tiny hybrid model whose prefill reads earlier tokens only through the paged cache.
+
+One layer per KV cache group, of that group's kind: causal full attention, sliding
+window attention (the token at p sees keys p - w + 1 … p), chunked local attention
+(keys from the start of p's chunk to p), or a linear recurrence standing in for
+Mamba (h_p = a·h_{p-1} + x_p·W_in, out = h_p·W_out; its state is stored at every
+block boundary). Random weights, float64, seeded.
+
+:meth:`TinyHybrid.prefill` computes tokens ``start`` … T-1. What it needs of tokens
+before ``start`` it takes from :class:`PagedStore`, and only the blocks its own
+masks (or, for the recurrence, the state it continues from) ask for: it records
+those gathers. Everything else of the past is NaN, and so is a block that is not
+cached (the null block), so any read the spec did not allow shows up as NaN.
+
+    >>> from kvhit.model.spec import Group
+    >>> model = TinyHybrid([Group("sliding_window", 2, window=3)], seed=0)
+    >>> store = PagedStore(model.groups, num_blocks=4, dim=model.dim)
+    >>> first = model.prefill([1, 2, 3, 4, 5], 0, [[1, 2, 3]], store)
+    >>> store.write([[1, 2, 3]], first)
+    >>> again = model.prefill([1, 2, 3, 4, 5], 4, [[0, 2]], store)
+    >>> again.reads, bool((again.logits - first.logits[4:]).abs().max() < 1e-12)
+    ([[1]], True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kvhit.model.spec import Group
+
+Tables = Sequence[Sequence[int]]
+
+
+def attends(g: Group, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+    """The attention mask of a layer of group g's kind: which keys each query sees."""
+    causal = key_pos <= query_pos
+    if g.kind == "sliding_window":
+        return causal & (key_pos > query_pos - g.window)
+    if g.kind == "chunked_local":
+        return causal & (key_pos >= query_pos // g.chunk * g.chunk)
+    return causal
+
+
+class PagedStore:
+    """KV (attention groups) and boundary states (mamba groups) in torch tensors,
+    indexed by physical block id; everything starts as NaN."""
+
+    def __init__(self, groups: Sequence[Group], num_blocks: int, dim: int):
+        self.data = [
+            torch.full(
+                (num_blocks, dim) if g.kind == "mamba" else (num_blocks, g.block_size, 2, dim),
+                math.nan,
+                dtype=torch.float64,
+            )
+            for g in groups
+        ]
+
+    def write(self, tables: Tables, result: Prefill) -> None:
+        """Store the KV and states a prefill computed into the request's blocks."""
+        for data, table, new in zip(self.data, tables, result.new):
+            for j, value in new.items():
+                data[table[j]] = value
+
+
+@dataclass
+class Prefill:
+    """What a prefill from ``start`` produced: logits for tokens start … T-1, the block
+    indices each group read from the cache, and per group the new block contents
+    (block index -> KV of the block's computed tokens, or state at its end)."""
+
+    logits: torch.Tensor
+    reads: list[list[int]]
+    new: list[dict[int, torch.Tensor]]
+
+
+class TinyHybrid:
+    """The model: an embedding, one residual layer per group, a linear head."""
+
+    def __init__(self, groups: Sequence[Group], seed: int, dim: int = 8, vocab: int = 16):
+        self.groups = tuple(groups)
+        self.dim = dim
+        gen = torch.Generator().manual_seed(seed)
+
+        def weights(*shape: int, scale: float = 1 / math.sqrt(dim)) -> torch.Tensor:
+            return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
+
+        self.embed = weights(vocab, dim, scale=1.0)
+        self.layers = [weights(4, dim, dim) for _ in self.groups]
+        self.decay = [
+            0.5 + 0.5 * torch.rand(dim, generator=gen, dtype=torch.float64) for _ in self.groups
+        ]
+        self.head = weights(dim, vocab)
+
+    def prefill(
+        self, tokens: Sequence[int], start: int, tables: Tables, store: PagedStore
+    ) -> Prefill:
+        """Compute tokens ``start`` … T-1, reading tokens before ``start`` from the cache.
+
+        ``start`` is a multiple of every group's block size.
+        """
+        x = self.embed[torch.tensor(tokens[start:], dtype=torch.int64)]
+        reads, new = [], []
+        for i, g in enumerate(self.groups):
+            layer = self.recurrence if g.kind == "mamba" else self.attention
+            out, read, blocks = layer(i, x, start, len(tokens), tables[i] if start else [], store)
+            x = x + out
+            reads.append(read)
+            new.append(blocks)
+        return Prefill(x @ self.head, reads, new)
+
+    def attention(
+        self,
+        i: int,
+        x: torch.Tensor,
+        start: int,
+        total: int,
+        table: Sequence[int],
+        store: PagedStore,
+    ) -> tuple[torch.Tensor, list[int], dict[int, torch.Tensor]]:
+        """One attention layer over the new tokens; past KV gathered block by block."""
+        g, (wq, wk, wv, wo) = self.groups[i], self.layers[i]
+        b = g.block_size
+        mask = attends(g, torch.arange(start, total)[:, None], torch.arange(total)[None, :])
+        needed = mask[:, :start].any(0).nonzero().flatten()
+        reads = torch.unique(needed // b)
+        past = torch.full((start // b, b, 2, self.dim), math.nan, dtype=torch.float64)
+        past[reads] = store.data[i][torch.tensor(table, dtype=torch.int64)[reads]]
+        kv = torch.cat([past.reshape(start, 2, self.dim), torch.stack([x @ wk, x @ wv], 1)])
+        scores = torch.where(mask, (x @ wq) @ kv[:, 0].T / math.sqrt(self.dim), -math.inf)
+        weights = torch.softmax(scores, -1)
+        # 0 * NaN is NaN: zero the keys the mask hides instead of multiplying by 0.
+        values = torch.where(mask[..., None], kv[None, :, 1], 0.0)
+        out = (weights[..., None] * values).sum(1) @ wo
+        return out, reads.tolist(), self.new_blocks(kv[start:], start, total, b)
+
+    def recurrence(
+        self,
+        i: int,
+        x: torch.Tensor,
+        start: int,
+        total: int,
+        table: Sequence[int],
+        store: PagedStore,
+    ) -> tuple[torch.Tensor, list[int], dict[int, torch.Tensor]]:
+        """The linear recurrence, continuing from the state stored at ``start``."""
+        g, (w_in, w_out, _, _), decay = self.groups[i], self.layers[i], self.decay[i]
+        b = g.block_size
+        reads = [start // b - 1] if start else []
+        h = store.data[i][table[reads[0]]] if start else torch.zeros(self.dim, dtype=torch.float64)
+        outs, states = [], {}
+        for p in range(start, total):
+            h = decay * h + x[p - start] @ w_in
+            outs.append(h @ w_out)
+            if (p + 1) % b == 0:
+                states[p // b] = h
+        return torch.stack(outs), reads, states
+
+    @staticmethod
+    def new_blocks(kv: torch.Tensor, start: int, total: int, b: int) -> dict[int, torch.Tensor]:
+        """The new KV cut into blocks (a partial last block is padded with NaN)."""
+        count = -(-total // b) - start // b
+        padded = torch.full((count * b, *kv.shape[1:]), math.nan, dtype=torch.float64)
+        padded[: kv.shape[0]] = kv
+        return {
+            start // b + j: block for j, block in enumerate(padded.reshape(count, b, *kv.shape[1:]))
+        }

@@ -1,0 +1,397 @@
+"""Theorem 3: every finder meets its contract (DESIGN.md §3).
+
+The contract of a finder f for one group, at every m ≥ 0:
+
+    f(m) ≤ m,  f(m) is a multiple of A,  valid(f(m)),  and no multiple L of A
+    with f(m) < L ≤ m is valid.
+
+The finders are the model's own scans (:func:`kvhit.model.finders.scan_for`), each
+a fold ``step(state, j, cached bit)``. Both proofs here run that very ``step`` on
+z3 terms and check a loop invariant written below, one per kind:
+
+- **unbounded** (:func:`unbounded_goals`): ``step`` runs once on a symbolic state at
+  a symbolic block index, over a cache row that is a z3 array of any length.
+  Three queries per finder: the invariant holds at the start, one step keeps it,
+  and at the exit it implies the contract.
+- **bounded** (:func:`bounded_goals`): the same three checks at every concrete
+  block index 0 … N, over rows of N concrete blocks, quantifier-free. This is the
+  unrolled fold with the invariant as a cut point after each step, so it stays fast
+  where one monolithic unrolled query does not (:func:`monolithic_goals` is that
+  query, kept for the benchmark).
+
+The invariants state "no valid L in (x, y]" over the spec's own ``valid``. To keep
+those quantifiers out of the undecidable ∀∃ shape, the unbounded proofs read each
+cache row through its *last-miss function* ``below(e)`` — the largest uncached block
+index under e, or −1 — fixed by two axioms (:func:`miss_axioms`) that every row
+satisfies with exactly one such function, so they add no assumption. Through it,
+``all_cached(lo, hi)`` is ``lo ≥ hi or (lo ≥ 0 and below(hi) < lo)`` (:class:`MissOps`),
+quantifier-free; the test suite checks this reading against the plain one.
+
+Block size b and alignment A are concrete in each query (products of two symbolic
+lengths make the arithmetic nonlinear and the solver gives up); the theorem runs a
+grid of them (:data:`CONFIGS`). Everything else is symbolic: cache rows, window,
+chunk, m and the request length T.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from kvhit.model.finders import Frame, Scan, frame_for, scan_for
+from kvhit.model.spec import Group, valid, window_span
+from kvhit.proofs.registry import Goal, Theorem
+from kvhit.proofs.symbolic import SymRow, Z3Ops
+
+FINDERS: tuple[tuple[str, bool], ...] = (
+    ("full", False),
+    ("sliding_window", False),
+    ("chunked_local", False),
+    ("mamba", False),
+    ("full", True),
+    ("sliding_window", True),
+)
+"""Every finder: (kind, eagle). Eagle groups are full or sliding window only."""
+
+CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (1, 3), (2, 4), (4, 4))
+"""(block size, alignment) pairs the contract theorems run at."""
+
+
+def finder_label(kind: str, eagle: bool) -> str:
+    return f"{kind}{' eagle' if eagle else ''}"
+
+
+@dataclass(frozen=True)
+class MissRow(SymRow):
+    """A symbolic row with its last-miss function ``below`` (see the module docstring)."""
+
+    below: Any = None
+
+    @staticmethod
+    def fresh(name: str, length: Any) -> MissRow:
+        return MissRow(
+            z3.Array(name, z3.IntSort(), z3.BoolSort()),
+            length,
+            z3.Function(f"{name}_below", z3.IntSort(), z3.IntSort()),
+        )
+
+
+class MissOps(Z3Ops):
+    """:class:`Z3Ops` reading ``all_cached`` through the row's last-miss function."""
+
+    def all_cached(self, row: Any, lo: Any, hi: Any) -> Any:
+        if not isinstance(row, MissRow):
+            return super().all_cached(row, lo, hi)
+        return self.or_(lo >= hi, self.and_(lo >= 0, row.below(hi) < lo))
+
+
+def miss_axioms(row: MissRow, ops: Z3Ops) -> list[Any]:
+    """``below(e)`` is the largest uncached block index under e, or −1.
+
+    Every row has exactly one function meeting these, so assuming them is free.
+    """
+    e, q = z3.Ints("miss_e miss_q")
+    below = row.below
+    return [
+        z3.ForAll(
+            [e],
+            z3.And(
+                below(e) < e,
+                below(e) >= -1,
+                z3.Implies(below(e) >= 0, z3.Not(ops.bit(row, below(e)))),
+            ),
+        ),
+        z3.ForAll([e, q], z3.Implies(z3.And(below(e) < q, q < e), ops.bit(row, q))),
+    ]
+
+
+@dataclass
+class Setting:
+    """One finder at one (b, A), with its symbolic parameters and the spec around it."""
+
+    kind: str
+    eagle: bool
+    block_size: int
+    alignment: int
+    ops: Z3Ops
+    row: Any
+    m: Any
+    num_tokens: Any
+    group: Group
+    frame: Frame
+    scan: Scan
+    pre: list[Any]
+    candidates: Callable[[Any, Any], list[Any]] | None  # bounded: the concrete candidates
+
+    def is_candidate(self, length: Any) -> Any:
+        return z3.And(length >= 0, length % self.alignment == 0)
+
+    def valid(self, length: Any) -> Any:
+        return valid(self.group, self.row, length, self.num_tokens, self.ops)
+
+    def none_valid(self, lo: Any, hi: Any) -> Any:
+        """No candidate L with lo < L ≤ hi is valid."""
+        if self.candidates is not None:
+            terms = [
+                z3.Implies(z3.And(lo < L, L <= hi), z3.Not(self.valid(L)))
+                for L in self.candidates(lo, hi)
+            ]
+            return z3.And(*terms) if terms else z3.BoolVal(True)
+        L = z3.FreshInt("L")
+        return z3.ForAll(
+            [L],
+            z3.Implies(z3.And(lo < L, L <= hi, self.is_candidate(L)), z3.Not(self.valid(L))),
+        )
+
+    def contract(self, hit: Any) -> Any:
+        """The finder contract for the answer ``hit`` at m."""
+        return z3.And(
+            hit <= self.m, self.is_candidate(hit), self.valid(hit), self.none_valid(hit, self.m)
+        )
+
+    def window_blocks(self) -> Any:
+        return window_span(self.group, self.ops) + (1 if self.eagle else 0)
+
+
+def make_setting(
+    kind: str, eagle: bool, b: int, a: int, bound: int | None, tag: str = ""
+) -> Setting:
+    """Symbolic parameters for one finder at block size b and alignment a.
+
+    ``bound`` None: unbounded (rows of any length, read through ``below``);
+    else rows of ``bound`` blocks and m small enough that the scan stays inside them.
+    """
+    p = f"{kind}{'_eagle' if eagle else ''}_b{b}_A{a}{tag}_"
+    window, chunk, m, num_tokens = z3.Ints(f"{p}w {p}c {p}m {p}T")
+    group = Group(
+        kind,
+        b,
+        window=window if kind == "sliding_window" else None,
+        chunk=chunk if kind == "chunked_local" else None,
+        eagle=eagle,
+    )
+    pre = [m >= 0, num_tokens > m]
+    if kind == "sliding_window":
+        pre.append(window >= 1)
+    if kind == "chunked_local":
+        pre.append(chunk >= 1)
+    if bound is None:
+        ops: Z3Ops = MissOps(bound=1)
+        length = z3.Int(f"{p}rows")
+        row: Any = MissRow.fresh(f"{p}row", length)
+        pre += [length >= 0, *miss_axioms(row, ops)]
+        candidates = None
+    else:
+        ops = Z3Ops(bound=bound)
+        row = SymRow.fresh(f"{p}row", bound)
+        top = (bound + 1) * b
+
+        def candidates(lo: Any, hi: Any) -> list[Any]:
+            return [z3.IntVal(L) for L in range(0, top + 1, a)]
+
+    frame = frame_for(group, m, a, num_tokens, ops)
+    if bound is not None:
+        pre.append(frame.limit <= bound)
+    scan = scan_for(group, m, a, num_tokens, ops)
+    return Setting(kind, eagle, b, a, ops, row, m, num_tokens, group, frame, scan, pre, candidates)
+
+
+# --- the loop invariants, one per kind --------------------------------------------
+#
+# An "up" scan has visited blocks [0, j); a "down" scan has visited [j, limit).
+
+
+def full_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+    """run: blocks [0, run) are cached; alive: no miss yet (then run = j), else block run missed."""
+    run, alive = state
+    ops, row = s.ops, s.row
+    return z3.And(
+        0 <= j,
+        j <= s.scan.limit,
+        z3.If(
+            alive,
+            z3.And(run == j, ops.all_cached(row, 0, j)),
+            z3.And(0 <= run, run < j, z3.Not(ops.bit(row, run)), ops.all_cached(row, 0, run)),
+        ),
+    )
+
+
+def chunked_local_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+    """clean_from: blocks [clean_from, j) are cached and block clean_from-1 missed;
+    hit: the longest valid candidate ending at or before block j."""
+    clean_from, hit = state
+    ops, row = s.ops, s.row
+    seen = s.frame.length(j)
+    return z3.And(
+        0 <= j,
+        j <= s.scan.limit,
+        0 <= clean_from,
+        clean_from <= j,
+        ops.all_cached(row, clean_from, j),
+        z3.Or(clean_from == 0, z3.Not(ops.bit(row, clean_from - 1))),
+        hit <= seen,
+        s.is_candidate(hit),
+        s.valid(hit),
+        s.none_valid(hit, seen),
+    )
+
+
+def sliding_window_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+    """found: hit is the answer. Else, with run > 0: blocks [j, j+run) are cached
+    and end j+run is a candidate (hit) needing more than run blocks; with run = 0:
+    no candidate above end j is valid."""
+    run, found, hit = state
+    ops, row = s.ops, s.row
+    k = s.window_blocks()
+    start = j + run
+    return z3.And(
+        0 <= j,
+        0 <= run,
+        start <= s.scan.limit,
+        z3.If(
+            found,
+            s.contract(hit),
+            z3.If(
+                run > 0,
+                z3.And(
+                    hit == s.frame.length(start),
+                    s.is_candidate(hit),
+                    ops.all_cached(row, j, start),
+                    run < k,
+                    s.none_valid(hit, s.m),
+                ),
+                z3.And(k > 0, s.none_valid(s.frame.length(j), s.m)),
+            ),
+        ),
+    )
+
+
+def mamba_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+    """found: hit is the answer; else no candidate above end j is valid."""
+    found, hit = state
+    return z3.And(
+        0 <= j,
+        j <= s.scan.limit,
+        z3.If(found, s.contract(hit), s.none_valid(s.frame.length(j), s.m)),
+    )
+
+
+INVARIANTS: dict[str, Callable[[Setting, tuple[Any, ...], Any], Any]] = {
+    "full": full_invariant,
+    "chunked_local": chunked_local_invariant,
+    "sliding_window": sliding_window_invariant,
+    "mamba": mamba_invariant,
+}
+
+
+def fresh_state(template: tuple[Any, ...], prefix: str) -> tuple[Any, ...]:
+    """Fresh z3 constants shaped like a scan's start state."""
+    out = []
+    for i, x in enumerate(template):
+        boolean = isinstance(x, bool) or (z3.is_expr(x) and z3.is_bool(x))
+        out.append(z3.Bool(f"{prefix}{i}") if boolean else z3.Int(f"{prefix}{i}"))
+    return tuple(out)
+
+
+def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Any]:
+    """The three obligations (each a formula that holds on a counterexample) at index j.
+
+    ``init`` ignores j; ``exit`` too. ``step`` at j steps from the visited region
+    ending (up) or starting (down) at j.
+    """
+    inv = INVARIANTS[s.kind]
+    scan = s.scan
+    state = fresh_state(scan.start, f"{tag}_s")
+    bit = s.ops.bit
+    if scan.direction == "up":
+        init = z3.Not(inv(s, scan.start, 0))
+        step = z3.And(
+            inv(s, state, j), 0 <= j, j < scan.limit,
+            z3.Not(inv(s, scan.step(state, j, bit(s.row, j)), j + 1)),
+        )
+        exit_ = z3.And(inv(s, state, scan.limit), z3.Not(s.contract(scan.finish(state))))
+    else:
+        init = z3.Not(inv(s, scan.start, scan.limit))
+        step = z3.And(
+            inv(s, state, j), 0 < j, j <= scan.limit,
+            z3.Not(inv(s, scan.step(state, j - 1, bit(s.row, j - 1)), j - 1)),
+        )
+        exit_ = z3.And(inv(s, state, 0), z3.Not(s.contract(scan.finish(state))))
+    return {"init": init, "step": step, "exit": exit_}
+
+
+def unbounded_goals(kind: str, eagle: bool, b: int, a: int) -> list[Goal]:
+    """Start, step and exit of the loop invariant, over rows of any length."""
+    s = make_setting(kind, eagle, b, a, None)
+    j = z3.Int(f"{kind}_{eagle}_{b}_{a}_j")
+    parts = induction_parts(s, j, "u")
+    label = f"{finder_label(kind, eagle)} b={b} A={a}"
+    return [Goal(f"{label}: {name}", [*s.pre, term]) for name, term in parts.items()]
+
+
+def bounded_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[Goal]:
+    """The invariant checked at every concrete index 0 … bound, quantifier-free."""
+    s = make_setting(kind, eagle, b, a, bound)
+    label = f"{finder_label(kind, eagle)} b={b} A={a}"
+    first = induction_parts(s, 0, "b0")
+    steps = [
+        induction_parts(s, j, f"b{j}")["step"]
+        for j in (range(bound) if s.scan.direction == "up" else range(1, bound + 1))
+    ]
+    return [
+        Goal(f"{label}: start", [*s.pre, first["init"]]),
+        Goal(f"{label}: steps 0..{bound}", [*s.pre, z3.Or(*steps)]),
+        Goal(f"{label}: exit", [*s.pre, first["exit"]]),
+    ]
+
+
+def monolithic_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[Goal]:
+    """The naive bounded query: the whole unrolled scan against the contract at once."""
+    s = make_setting(kind, eagle, b, a, bound)
+    from kvhit.model.finders import run_scan
+
+    hit = run_scan(s.scan, s.row, s.ops)
+    return [Goal(f"{finder_label(kind, eagle)} b={b} A={a}: unrolled", [*s.pre, z3.Not(s.contract(hit))])]
+
+
+def _all(builder: Callable[..., list[Goal]], *args: Any) -> list[Goal]:
+    return [
+        goal
+        for kind, eagle in FINDERS
+        for b, a in CONFIGS
+        for goal in builder(kind, eagle, b, a, *args)
+    ]
+
+
+CONFIG_TEXT = ", ".join(f"b={b} A={a}" for b, a in CONFIGS)
+
+THEOREMS = [
+    Theorem(
+        name="finder_contracts",
+        statement=(
+            "Every finder (full, sliding window, chunked local, mamba, and the eagle "
+            "wrapper on full and sliding window) meets its contract for every cache row "
+            f"of any length, window, chunk, m and T ({CONFIG_TEXT}): an inductive loop "
+            "invariant over the model's own scan step."
+        ),
+        expected="proved",
+        kind="unbounded",
+        build=lambda bound: _all(unbounded_goals),
+    ),
+    Theorem(
+        name="finder_contracts_bounded",
+        statement=(
+            "Every finder meets its contract for every cache row of up to N blocks, "
+            f"every window, chunk, m and T ({CONFIG_TEXT}): the scan unrolled block by "
+            "block, quantifier-free, with the invariant as a cut point after each step."
+        ),
+        expected="proved",
+        kind="bounded",
+        bound=64,
+        quick_bound=32,
+        build=lambda bound: _all(bounded_goals, bound),
+    ),
+]

@@ -1,0 +1,138 @@
+"""Theorem 8: the impl's vectorized validity formula equals the spec, for every kind.
+
+The impl's lookup (:mod:`kvhit.impl.formula`) runs the spec's own
+:func:`kvhit.model.spec.valid` with one operation reinterpreted: "blocks ``[lo, hi)``
+are all cached" becomes :func:`kvhit.impl.formula.covered`, a difference of prefix
+sums. Here the same two functions run on z3 terms: :class:`PrefixZ3Ops` evaluates
+``valid`` through ``covered`` on the prefix sums of a symbolic row, and the plain
+:class:`~kvhit.proofs.symbolic.Z3Ops` evaluates it blockwise. The claim: they agree
+for every row of at most N blocks, every hit length whose blocks (and an eagle
+group's next block) lie within the N blocks, every request length T > L, every
+window and every chunk (both unbounded), for each kind, eagle flag and block size
+1 … 4.
+
+    >>> [goal.name for goal in build(4)][:2]
+    ['full b=1', 'full eagle b=1']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import z3
+
+from kvhit.impl.formula import covered, prefix_sums, valid_lengths
+from kvhit.model.spec import Group, Query, valid
+from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.proofs.symbolic import SymRow, Z3Ops
+
+BLOCK_SIZES = (1, 2, 3, 4)
+SHAPES = (
+    ("full", False),
+    ("full", True),
+    ("sliding_window", False),
+    ("sliding_window", True),
+    ("chunked_local", False),
+    ("mamba", False),
+)
+
+
+class PrefixZ3Ops(Z3Ops):
+    """Z3 operations where a row is the list of its prefix sums, read by ``covered``."""
+
+    def all_cached(self, row: Any, lo: Any, hi: Any) -> Any:
+        return covered(lambda i: at_index(row, i), lo, hi)
+
+
+def at_index(terms: list[Any], i: Any) -> Any:
+    """``terms[i]`` for a symbolic i in range, as a chain of ifs (no arrays, so the
+    exported goal is plain linear arithmetic for a second solver)."""
+    out = terms[-1]
+    for k in range(len(terms) - 2, -1, -1):
+        out = z3.If(i == k, terms[k], out)
+    return out
+
+
+def prefix_terms(row: SymRow, size: int, ops: Z3Ops) -> list[Any]:
+    """``prefix[i]`` = cached blocks of ``row`` below i, for i = 0 … size."""
+    prefix: list[Any] = [z3.IntVal(0)]
+    for j in range(size):
+        prefix.append(prefix[-1] + z3.If(ops.bit(row, j), 1, 0))
+    return prefix
+
+
+def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
+    """The negated claim for one kind, eagle flag and block size."""
+    window, chunk = z3.Int("window"), z3.Int("chunk")
+    length, num_tokens = z3.Int("L"), z3.Int("T")
+    g = Group(
+        kind,
+        b,
+        window=window if kind == "sliding_window" else None,
+        chunk=chunk if kind == "chunked_local" else None,
+        eagle=eagle,
+    )
+    ops = Z3Ops(bound)
+    # A row of N blocks with free bits covers every shorter row (trailing misses).
+    row = SymRow.fresh("cached", bound)
+    by_prefix = valid(g, prefix_terms(row, bound, ops), length, num_tokens, PrefixZ3Ops(bound))
+    blockwise = valid(g, row, length, num_tokens, ops)
+    assertions = [
+        window >= 1,
+        chunk >= 1,
+        length >= 0,
+        length / b + 1 <= bound,
+        num_tokens > length,
+        by_prefix != blockwise,
+    ]
+    name = f"{kind}{' eagle' if eagle else ''} b={b}"
+
+    def witness(model: z3.ModelRef) -> Counterexample:
+        def value(term: Any) -> int:
+            return model.eval(term, model_completion=True).as_long()
+
+        concrete = Group(
+            kind,
+            b,
+            window=value(window) if kind == "sliding_window" else None,
+            chunk=value(chunk) if kind == "chunked_local" else None,
+            eagle=eagle,
+        )
+        bits = row.values(model, bound)
+        at, total = value(length), value(num_tokens)
+        spec = valid(concrete, bits, at, total)
+        formula = bool(
+            valid_lengths(
+                concrete, prefix_sums(torch.tensor(bits), bound), torch.tensor([at]), total
+            )
+        )
+        q = Query((concrete,), (tuple(bits),), at, total, b)
+        answers = {"formula": formula, "spec": spec}
+        return Counterexample(q, "impl formula", at, answers, broken=formula != spec)
+
+    return Goal(name, assertions, witness=witness)
+
+
+def build(bound: int | None) -> list[Goal]:
+    """One goal per kind, eagle flag and block size, at rows of ``bound`` blocks."""
+    n = bound or 16
+    return [goal_for(kind, eagle, b, n) for b in BLOCK_SIZES for kind, eagle in SHAPES]
+
+
+THEOREMS = [
+    Theorem(
+        name="impl_formula",
+        statement=(
+            "The impl's vectorized validity (the spec's valid on prefix sums) equals the "
+            "spec's blockwise valid for every kind, eagle flag and block size 1-4, "
+            "any window and chunk, rows of up to N blocks."
+        ),
+        expected="proved",
+        kind="bounded",
+        bound=16,
+        quick_bound=8,
+        build=build,
+        tags=("impl",),
+    ),
+]

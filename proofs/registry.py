@@ -1,0 +1,170 @@
+"""The theorem registry behind ``kvhit prove`` (DESIGN.md §3).
+
+A theorem is a :class:`Theorem`: a name, a one-sentence statement, the status it is
+expected to get (``"proved"``, or ``"refuted"`` for a known-wrong algorithm), whether
+it is ``"unbounded"`` or ``"bounded"`` (and its default bound), and a ``build``
+function that makes its solver queries at a given bound.
+
+``build(bound)`` returns a list of :class:`Goal`. Each goal is a set of z3
+assertions that together say **the claim is false** (they describe a
+counterexample). The runner (:mod:`kvhit.proofs.runner`) checks every goal:
+
+- every goal ``unsat``: the theorem is *proved*;
+- some goal ``sat``: the theorem is *refuted*; the goal's ``witness`` turns the
+  solver's model into a :class:`Counterexample` (a protocol query and each
+  algorithm's answer on it), which must really break the claim when run through the
+  plain Python model (``Counterexample.broken``), or the result is an *error*;
+- ``unknown`` or a timeout: *unknown*, a failure, never a pass.
+
+A goal with ``minimize`` terms is solved with ``z3.Optimize`` and those terms are
+minimized in order (lexicographically), so a refutation is as small as it can be.
+
+Writing a theorem module (``proofs/impl_formula.py`` is one)::
+
+    from kvhit.proofs.registry import Counterexample, Goal, Theorem
+
+    def build(bound: int | None) -> list[Goal]:
+        ...                              # z3 terms from the model's own code
+        return [Goal("formula == spec", [claim_is_false], witness=to_counterexample)]
+
+    THEOREMS = [
+        Theorem(
+            name="impl_formula",
+            statement="The vectorized impl formula equals the spec on every cache state.",
+            expected="proved",
+            kind="bounded",
+            bound=16,
+            build=build,
+        ),
+    ]
+
+then add the module's name to :data:`THEOREM_MODULES` (one line). ``bound`` is the
+theorem's default; ``kvhit prove --bound N`` passes N to every bounded theorem, and
+``quick_bound`` (when set) is used by ``kvhit verify --quick``. Unbounded theorems get
+``None``. Keep each theorem's queries fast: the whole default suite, cvc5 cross-check
+included, must finish in a few minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from kvhit.model.spec import Query
+
+STATUSES = ("proved", "refuted", "unknown", "error")
+
+THEOREM_MODULES = [
+    "kvhit.proofs.fixed_point",
+    "kvhit.proofs.contracts",
+    "kvhit.proofs.closure",
+    "kvhit.proofs.min_groups",
+    "kvhit.proofs.rounding",
+    "kvhit.proofs.eagle",
+    "kvhit.proofs.impl_formula",
+]
+"""Every module that defines ``THEOREMS``, in the order ``kvhit prove`` runs them."""
+
+
+@dataclass
+class Counterexample:
+    """A concrete protocol query on which a claim fails, and what each algorithm said.
+
+    ``algorithm`` answered ``length`` on ``query`` (drawn with :func:`kvhit.draw.judge`);
+    ``answers`` holds every answer worth showing, by name (``"L*"`` among them).
+    ``broken`` says whether the plain Python model, run on ``query``, really breaks
+    the claim; a refutation whose counterexample is not broken is an error.
+    """
+
+    query: Query
+    algorithm: str
+    length: int
+    answers: dict[str, Any]
+    broken: bool
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The counterexample as JSON-ready data (``kvhit prove --json``)."""
+        return {
+            "query": self.query.to_json(),
+            "algorithm": self.algorithm,
+            "length": self.length,
+            "answers": dict(self.answers),
+            "broken": self.broken,
+            "note": self.note,
+        }
+
+
+Witness = Callable[[z3.ModelRef], Counterexample]
+
+
+@dataclass
+class Goal:
+    """One solver query: assertions that hold exactly on a counterexample to the claim.
+
+    ``witness`` reads a counterexample off a model (needed for goals that can be sat);
+    ``minimize`` lists integer terms to minimize, most important first.
+    """
+
+    name: str
+    assertions: Sequence[Any]
+    witness: Witness | None = None
+    minimize: Sequence[Any] = ()
+
+
+@dataclass(frozen=True)
+class Theorem:
+    """A named claim and how to build its solver queries (see the module docstring)."""
+
+    name: str
+    statement: str
+    expected: str  # "proved" or "refuted"
+    kind: str  # "unbounded" or "bounded"
+    build: Callable[[int | None], list[Goal]]
+    bound: int | None = None
+    quick_bound: int | None = None
+    tags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.expected not in ("proved", "refuted"):
+            raise ValueError(f"{self.name}: expected must be 'proved' or 'refuted'")
+        if self.kind not in ("unbounded", "bounded"):
+            raise ValueError(f"{self.name}: kind must be 'unbounded' or 'bounded'")
+        if self.kind == "bounded" and self.bound is None:
+            raise ValueError(f"{self.name}: a bounded theorem needs a default bound")
+
+    def bound_for(self, bound: int | None = None, quick: bool = False) -> int | None:
+        """The bound this theorem runs at: None when unbounded, else the override,
+        the quick bound (if asked and set) or the default."""
+        if self.kind == "unbounded":
+            return None
+        if bound is not None:
+            return bound
+        if quick and self.quick_bound is not None:
+            return self.quick_bound
+        return self.bound
+
+
+def all_theorems(modules: Sequence[str] | None = None) -> list[Theorem]:
+    """Every registered theorem, in module order; names are unique."""
+    out: list[Theorem] = []
+    for name in modules if modules is not None else THEOREM_MODULES:
+        out.extend(importlib.import_module(name).THEOREMS)
+    seen: set[str] = set()
+    for t in out:
+        if t.name in seen:
+            raise ValueError(f"two theorems are named {t.name!r}")
+        seen.add(t.name)
+    return out
+
+
+def get(name: str) -> Theorem:
+    """The registered theorem called ``name`` (KeyError with the known names if none)."""
+    theorems = {t.name: t for t in all_theorems()}
+    if name not in theorems:
+        raise KeyError(f"no theorem {name!r}; known: {', '.join(theorems)}")
+    return theorems[name]

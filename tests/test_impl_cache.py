@@ -1,0 +1,121 @@
+"""Bookkeeping of the torch cache: hashes, reference counts, eviction order, drops."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvhit.impl.coordinator import CacheHit, Coordinator
+from kvhit.impl.hashing import BlockHasher
+from kvhit.impl.pool import NULL_BLOCK, BlockPool, PoolExhausted
+from kvhit.model.spec import Group
+
+tokens = st.lists(st.integers(0, 2), max_size=12)
+
+
+@given(tokens, tokens)
+def test_equal_hash_ids_iff_equal_prefixes(a: list[int], b: list[int]) -> None:
+    hasher = BlockHasher(block_size=2)
+    ha, hb = hasher.hashes(a).tolist(), hasher.hashes(b).tolist()
+    assert len(ha) == len(a) // 2
+    for j in range(min(len(ha), len(hb))):
+        assert (ha[j] == hb[j]) == (a[: 2 * j + 2] == b[: 2 * j + 2])
+
+
+def test_pool_hands_out_every_block_but_the_null_one_then_runs_out() -> None:
+    pool = BlockPool(num_blocks=4, num_groups=1)
+    taken = [pool.allocate() for _ in range(3)]
+    assert sorted(taken) == [1, 2, 3]
+    try:
+        pool.allocate()
+        raise AssertionError("a fourth block was handed out")
+    except PoolExhausted:
+        pass
+
+
+def test_eviction_takes_the_least_recently_freed_block_and_forgets_its_hash() -> None:
+    pool = BlockPool(num_blocks=4, num_groups=1)
+    a, b, c = (pool.allocate() for _ in range(3))
+    for hash_id, block in enumerate((a, b, c), 1):
+        assert pool.cache(block, 0, hash_id)
+    pool.free([b])
+    pool.free([c, a])
+    assert pool.lookup(0, torch.tensor([1, 2, 3])).tolist() == [a, b, c]
+    assert pool.allocate() == b
+    assert pool.lookup(0, torch.tensor([1, 2, 3])).tolist() == [a, -1, c]
+    assert pool.allocate() == c
+    assert pool.lookup(0, torch.tensor([1, 2, 3])).tolist() == [a, -1, -1]
+
+
+def test_touching_a_free_cached_block_saves_it_from_eviction() -> None:
+    pool = BlockPool(num_blocks=3, num_groups=1)
+    a, b = pool.allocate(), pool.allocate()
+    pool.cache(a, 0, 7)
+    pool.free([a, b])
+    pool.touch([a])
+    assert pool.ref_cnt[a] == 1
+    assert pool.allocate() == b
+    assert pool.lookup(0, torch.tensor([7])).tolist() == [a]
+
+
+def test_a_hash_already_cached_keeps_its_first_block() -> None:
+    pool = BlockPool(num_blocks=3, num_groups=2)
+    a, b = pool.allocate(), pool.allocate()
+    assert pool.cache(a, 0, 4)
+    assert not pool.cache(b, 0, 4)
+    assert pool.cache(b, 1, 4)
+    assert pool.lookup(0, torch.tensor([4])).tolist() == [a]
+    assert pool.lookup(1, torch.tensor([4])).tolist() == [b]
+
+
+def test_shared_prefix_reference_counts_and_freeing() -> None:
+    coord = Coordinator([Group("full", 2)], num_blocks=10)
+    first = coord.request([1, 2, 3, 4, 5])
+    coord.allocate(first, coord.find_longest_cache_hit(first, 4))
+    coord.cache_full_blocks(first)
+    assert [coord.pool.ref_cnt[j] for j in first.tables[0]] == [1, 1, 1]
+    second = coord.request([1, 2, 3, 4, 9, 9])
+    hit = coord.find_longest_cache_hit(second, 5)
+    assert hit.length == 4 and hit.blocks == (tuple(first.tables[0][:2]),)
+    coord.allocate(second, hit)
+    shared = first.tables[0][:2]
+    assert [coord.pool.ref_cnt[j] for j in shared] == [2, 2]
+    coord.free(first)
+    assert [coord.pool.ref_cnt[j] for j in shared] == [1, 1]
+    tail = second.tables[0][2]
+    coord.free(second)
+    assert all(coord.pool.ref_cnt[j] == 0 for j in range(1, 10))
+    assert len(coord.pool.free_queue) == 9 and NULL_BLOCK not in coord.pool.free_queue
+    # The second request's tail went back last-block-first, after the first request.
+    assert list(coord.pool.free_queue)[-3] == tail
+
+
+def test_dropped_window_blocks_are_freed_but_still_hit_until_evicted() -> None:
+    coord = Coordinator([Group("sliding_window", 1, window=2)], num_blocks=6)
+    req = coord.request([1, 2, 3, 4, 5])
+    coord.allocate(req, CacheHit(0, (0,), ((),)))
+    coord.cache_full_blocks(req)
+    blocks = list(req.tables[0])
+    coord.drop_skipped(req)
+    # The next token (position 5) sees positions 4 and 5: block 4 is kept.
+    assert req.tables[0] == [NULL_BLOCK] * 4 + blocks[4:]
+    assert list(coord.pool.free_queue) == blocks[:4]
+    assert coord.snapshot(req)["cached"] == [[True] * 5]
+    coord.pool.allocate()
+    assert coord.snapshot(req)["cached"] == [[False, True, True, True, True]]
+
+
+def test_each_kind_keeps_what_its_next_token_reads() -> None:
+    coord = Coordinator(
+        [
+            Group("full", 2),
+            Group("sliding_window", 2, window=4),
+            Group("chunked_local", 2, chunk=6),
+            Group("mamba", 2),
+        ],
+        num_blocks=40,
+    )
+    kept = [m.first_kept(num_computed=9) for m in coord.managers]
+    # Position 9 reads: everything; 6..9; its chunk 6..9; the state at 8 (block 3).
+    assert kept == [0, 3, 3, 3]

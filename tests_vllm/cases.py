@@ -1,0 +1,95 @@
+"""Random cache states for the vLLM tests, and how to compare vLLM with the model.
+
+Two sources: the harness's seeded generator (every kind, eagle, mixed block sizes),
+and :func:`eagle_queries`, which puts several eagle groups in one query far more
+often, since that is where vLLM's fixed point has the most to get right.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from itertools import islice
+
+from kvhit.adapters.vllm import Lookup, lookup
+from kvhit.harness.random_cases import random_queries
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Query, longest_hit
+from kvhit.targets import Unsupported
+
+
+def eagle_group(rng: random.Random, block_size: int) -> dict:
+    """A full, sliding window or mamba group, the first two eagle more often than not."""
+    kind = rng.choice(("sliding_window", "sliding_window", "full", "mamba"))
+    group: dict = {"kind": kind, "block_size": block_size}
+    if kind == "sliding_window":
+        group["window"] = rng.randint(2, 3 * block_size + 1)
+    if kind != "mamba":
+        group["eagle"] = rng.random() < 0.7
+    return group
+
+
+def eagle_queries(seed: int) -> Iterator[Query]:
+    """Endless queries of 2-3 groups, most of them eagle, block sizes mostly equal."""
+    rng = random.Random(seed)
+    while True:
+        common = rng.choice((1, 2))
+        sizes = [
+            common if rng.random() < 0.8 else rng.choice((1, 2, 4))
+            for _ in range(rng.randint(2, 3))
+        ]
+        groups = [eagle_group(rng, b) for b in sizes]
+        max_length = rng.randint(0, 10)
+        rows = ["".join(rng.choice("1110") for _ in range(max_length // b + 2)) for b in sizes]
+        yield parse_query(
+            {
+                "groups": groups,
+                "cached": rows,
+                "max_length": max_length,
+                "num_tokens": max_length + 1 + rng.choice((0, 0, 1, 2)),
+            }
+        )
+
+
+def mixed_queries(seed: int, count: int) -> list[Query]:
+    """``count`` queries from each source."""
+    return [*random_queries(seed=seed, count=count), *islice(eagle_queries(seed), count)]
+
+
+def disagreement(q: Query, found: Lookup) -> str | None:
+    """How vLLM's lookup differs from the spec (``unsafe``, ``lost reuse``, ``wrong blocks``)."""
+    best = longest_hit(q)
+    if found.length > best.length:
+        return "unsafe"
+    if found.length < best.length:
+        return "lost reuse"
+    if found.blocks != [list(b) for b in best.blocks]:
+        return "wrong blocks"
+    return None
+
+
+def refused(q: Query) -> bool:
+    """The configurations vLLM refuses: chunked local attention with a block size other
+    than the alignment (vLLM's assert), and one group aligned to more than its block size
+    (a coordinator vLLM never builds)."""
+    chunk_off = any(g.kind == "chunked_local" and g.block_size != q.alignment for g in q.groups)
+    return chunk_off or (len(q.groups) == 1 and q.alignment != q.groups[0].block_size)
+
+
+def try_lookup(q: Query) -> Lookup | None:
+    """vLLM's lookup, or None where vLLM refuses the configuration."""
+    try:
+        return lookup(q)
+    except Unsupported:
+        return None
+
+
+def reordered(q: Query, order: list[int]) -> Query:
+    """The same cache state with the groups in ``order``."""
+    return Query(
+        tuple(q.groups[i] for i in order),
+        tuple(q.cached[i] for i in order),
+        q.max_length,
+        q.num_tokens,
+        q.alignment,
+    )

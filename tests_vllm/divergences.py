@@ -1,0 +1,165 @@
+"""Where vLLM 0.34's ``find_longest_cache_hit`` differs from the spec, as found by the gate.
+
+Each :class:`Divergence` names a class of cache states (its ``scope``), the verdict
+against the spec, and a shrunk counterexample with the answer vLLM gave on it. The
+tests check that vLLM still gives that answer (so an upgrade that changes it is
+noticed) and that outside every scope vLLM agrees with the model.
+docs/findings-vllm.md explains each one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Group, Query
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A documented difference between vLLM and the spec."""
+
+    name: str
+    verdict: str  # "unsafe", "lost reuse" or "wrong blocks" on the example
+    scope: Callable[[Query], bool]
+    example: dict[str, Any]
+    vllm_length: int
+    vllm_blocks: list[list[int]]
+
+    @property
+    def query(self) -> Query:
+        """The example, parsed."""
+        return parse_query(self.example)
+
+
+def same_spec(a: Group, b: Group) -> bool:
+    """Whether vLLM gives two groups equal KV cache specs (and so looks them up jointly)."""
+    return (a.kind, a.block_size, a.window, a.chunk) == (b.kind, b.block_size, b.window, b.chunk)
+
+
+def window_one(q: Query) -> bool:
+    """A sliding window of 1 token (k = 0 blocks before the hit)."""
+    return any(g.kind == "sliding_window" and g.window == 1 for g in q.groups)
+
+
+def chunk_off_blocks(q: Query) -> bool:
+    """A chunked local group whose chunk is not a multiple of its block size."""
+    return any(g.kind == "chunked_local" and g.chunk % g.block_size for g in q.groups)
+
+
+def lone_eagle(q: Query) -> bool:
+    """A single group, an eagle one (vLLM's unitary coordinator)."""
+    return len(q.groups) == 1 and q.groups[0].eagle
+
+
+def eagle_window_off_alignment(q: Query) -> bool:
+    """An eagle sliding window group whose block size is not the alignment."""
+    return any(
+        g.kind == "sliding_window" and g.eagle and g.block_size != q.alignment for g in q.groups
+    )
+
+
+def eagle_shares_spec(q: Query) -> bool:
+    """An eagle group and a non-eagle group with equal specs."""
+    return any(a.eagle and not b.eagle and same_spec(a, b) for a in q.groups for b in q.groups)
+
+
+def eagle_windows(q: Query) -> bool:
+    """Two eagle sliding window groups with different specs."""
+    specs = {(g.block_size, g.window) for g in q.groups if g.kind == "sliding_window" and g.eagle}
+    return len(specs) >= 2
+
+
+def sw(window: int, block_size: int = 1, eagle: bool = False) -> dict[str, Any]:
+    """A sliding window group object."""
+    return {"kind": "sliding_window", "block_size": block_size, "window": window, "eagle": eagle}
+
+
+DIVERGENCES = (
+    Divergence(
+        "eagle drop not re-checked after another eagle group lowers the hit",
+        "unsafe",
+        eagle_windows,
+        {
+            "groups": [sw(2, eagle=True), sw(3, eagle=True)],
+            "cached": ["1011", "1100"],
+            "max_length": 3,
+        },
+        vllm_length=1,
+        vllm_blocks=[[0], [0]],
+    ),
+    Divergence(
+        "chunk start taken from the lookup bound, rounded down to a block",
+        "unsafe",
+        chunk_off_blocks,
+        {
+            "groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 3}],
+            "cached": ["0"],
+            "max_length": 3,
+        },
+        vllm_length=2,
+        vllm_blocks=[[]],
+    ),
+    Divergence(
+        "eagle window prefix run aligned before the drop",
+        "lost reuse",
+        eagle_window_off_alignment,
+        {
+            "groups": [sw(4, eagle=True), {"kind": "full", "block_size": 2}],
+            "cached": ["111", "1"],
+            "max_length": 2,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], []],
+    ),
+    Divergence(
+        "unitary coordinator: eagle lookup capped at max_length",
+        "lost reuse",
+        lone_eagle,
+        {
+            "groups": [{"kind": "full", "block_size": 2, "eagle": True}],
+            "cached": ["11"],
+            "max_length": 3,
+        },
+        vllm_length=0,
+        vllm_blocks=[[]],
+    ),
+    Divergence(
+        "eagle and non-eagle groups with equal specs are looked up jointly",
+        "lost reuse",
+        eagle_shares_spec,
+        {
+            "groups": [
+                {"kind": "full", "block_size": 1, "eagle": True},
+                {"kind": "full", "block_size": 1},
+            ],
+            "cached": ["11", "1"],
+            "max_length": 1,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], []],
+    ),
+    Divergence(
+        "window 1 still needs the block before the hit",
+        "lost reuse",
+        window_one,
+        {"groups": [sw(1)], "cached": [""], "max_length": 1},
+        vllm_length=0,
+        vllm_blocks=[[]],
+    ),
+    Divergence(
+        "window 1 reuses the block before the hit",
+        "wrong blocks",
+        window_one,
+        {"groups": [sw(1)], "cached": ["1"], "max_length": 1},
+        vllm_length=1,
+        vllm_blocks=[[0]],
+    ),
+)
+
+
+def documented(q: Query) -> list[str]:
+    """The names of the divergences whose scope holds the query."""
+    return [d.name for d in DIVERGENCES if d.scope(q)]

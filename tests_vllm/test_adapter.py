@@ -1,0 +1,86 @@
+"""The vllm target builds vLLM's state as the protocol describes it."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+from cases import refused
+from vllm.v1.core.kv_cache_utils import resolve_block_hashes
+
+from kvhit import targets
+from kvhit.adapters import vllm as vllm_adapter
+from kvhit.adapters.vllm import build_coordinator, lookup, mark_cached, request_hashes
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import longest_hit
+
+HYBRID = {
+    "groups": [
+        {"kind": "full", "block_size": 4},
+        {"kind": "sliding_window", "block_size": 2, "window": 5},
+        {"kind": "mamba", "block_size": 4, "eagle": False},
+    ],
+    "cached": ["1101", "11011110", "0101"],
+    "max_length": 15,
+}
+
+
+def test_the_builtin_target_is_the_adapter():
+    q = parse_query(HYBRID)
+    assert targets.get("vllm")(q.to_json()) == longest_hit(q).to_json()
+
+
+def test_exactly_the_queried_blocks_are_cached():
+    q = parse_query(HYBRID)
+    coordinator = build_coordinator(q)
+    pool = coordinator.block_pool
+    hashes = request_hashes(q.num_tokens, pool.hash_block_size)
+    mark_cached(coordinator, q, hashes)
+    for group_id, (g, row) in enumerate(zip(q.groups, q.cached)):
+        view = resolve_block_hashes(hashes, pool.hash_block_size, g.block_size)
+        marked = [pool.get_cached_block(view[j], [group_id]) is not None for j in range(len(row))]
+        assert marked == list(row)
+
+
+def test_hashes_chain_over_the_whole_prefix():
+    assert len(request_hashes(10, 4)) == 2
+    assert len(set(request_hashes(12, 1))) == 12
+    assert request_hashes(8, 2)[:2] == request_hashes(4, 2)
+
+
+def test_cached_bits_past_the_requests_whole_blocks_are_ignored():
+    q = parse_query(
+        {"groups": [{"kind": "full", "block_size": 2}], "cached": ["111"], "max_length": 3}
+    )
+    assert lookup(q).length == 2
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {
+            "groups": [
+                {"kind": "chunked_local", "block_size": 2, "chunk": 4},
+                {"kind": "full", "block_size": 4},
+            ],
+            "cached": ["11", "1"],
+            "max_length": 4,
+        },
+        {
+            "groups": [{"kind": "full", "block_size": 2}],
+            "cached": ["11"],
+            "max_length": 4,
+            "alignment": 4,
+        },
+    ],
+    ids=["chunked local with mixed block sizes", "one group aligned past its block size"],
+)
+def test_configurations_vllm_refuses_are_unsupported(query):
+    q = parse_query(query)
+    assert refused(q)
+    with pytest.raises(targets.Unsupported):
+        lookup(q)
+
+
+def test_the_adapter_examples_hold():
+    assert doctest.testmod(vllm_adapter).failed == 0

@@ -1,0 +1,30 @@
+"""Outside the documented divergences and refusals, vLLM agrees with the model."""
+
+from __future__ import annotations
+
+import pytest
+from cases import disagreement, mixed_queries, refused, try_lookup
+from divergences import documented
+
+from kvhit.draw import draw, judge
+
+SEEDS = range(4)
+CASES_PER_SOURCE = 1500
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_vllm_agrees_with_the_model_on_undocumented_states(seed):
+    checked = 0
+    for q in mixed_queries(seed, CASES_PER_SOURCE):
+        if documented(q):
+            continue
+        found = try_lookup(q)
+        assert (found is None) == refused(q), draw(q)
+        if found is None:
+            continue
+        problem = disagreement(q, found)
+        assert problem is None, (
+            f"{problem}\n{draw(q, found.blocks)}\n{judge(q, 'vLLM', found.length)}"
+        )
+        checked += 1
+    assert checked > CASES_PER_SOURCE

@@ -1,0 +1,50 @@
+"""Which of vLLM's three outputs depend on the order of the groups."""
+
+from __future__ import annotations
+
+import random
+
+from cases import mixed_queries, reordered, try_lookup
+from divergences import DIVERGENCES, documented, eagle_windows
+
+from kvhit.adapters.vllm import lookup
+from kvhit.model.protocol import parse_query
+
+
+def test_length_and_blocks_do_not_depend_on_group_order_outside_the_divergences():
+    rng = random.Random(7)
+    compared = 0
+    for q in mixed_queries(seed=7, count=1500):
+        if len(q.groups) < 2 or documented(q):
+            continue
+        order = rng.sample(range(len(q.groups)), len(q.groups))
+        first, second = try_lookup(q), try_lookup(reordered(q, order))
+        if first is None:
+            continue
+        assert second.length == first.length
+        assert second.blocks == [first.blocks[i] for i in order]
+        compared += 1
+    assert compared > 500
+
+
+def test_the_unsafe_eagle_answer_depends_on_group_order():
+    (example,) = [d.query for d in DIVERGENCES if d.scope is eagle_windows]
+    swapped = reordered(example, [1, 0])
+    assert lookup(example).length != lookup(swapped).length
+
+
+def test_the_uncached_common_prefix_depends_on_group_order():
+    q = parse_query(
+        {
+            "groups": [
+                {"kind": "sliding_window", "block_size": 1, "window": 2},
+                {"kind": "chunked_local", "block_size": 1, "chunk": 1},
+            ],
+            "cached": ["0", "0"],
+            "max_length": 1,
+        }
+    )
+    assert not documented(q)
+    first, second = lookup(q), lookup(reordered(q, [1, 0]))
+    assert (first.length, first.blocks) == (second.length, second.blocks[::-1])
+    assert first.uncached_common_prefix != second.uncached_common_prefix
