@@ -116,7 +116,7 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
 
 def build(bound: int | None) -> list[Goal]:
     """One goal per kind, eagle flag and block size, at rows of ``bound`` blocks."""
-    n = bound or 16
+    n = bound or 8
     return [goal_for(kind, eagle, b, n) for b in BLOCK_SIZES for kind, eagle in SHAPES]
 
 
@@ -130,8 +130,8 @@ THEOREMS = [
         ),
         expected="proved",
         kind="bounded",
-        bound=16,
-        quick_bound=8,
+        bound=8,
+        quick_bound=6,
         build=build,
         tags=("impl",),
     ),

@@ -91,6 +91,18 @@ DIVERGENCES = (
         vllm_blocks=[[0], [0]],
     ),
     Divergence(
+        "eagle drop not re-checked, at model sizes (windows 128 and 1024, block size 16)",
+        "unsafe",
+        eagle_windows,
+        {
+            "groups": [sw(128, 16, eagle=True), sw(1024, 16, eagle=True)],
+            "cached": ["1" * 59 + "0" + "1" * 9, "1" * 60],
+            "max_length": 1104,
+        },
+        vllm_length=944,
+        vllm_blocks=[list(range(51, 59)), list(range(59))],
+    ),
+    Divergence(
         "chunk start taken from the lookup bound, rounded down to a block",
         "unsafe",
         chunk_off_blocks,
