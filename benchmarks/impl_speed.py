@@ -2,7 +2,10 @@
 
 Run: ``/work/venv/bin/python benchmarks/impl_speed.py [--repeats N]``. Every state is
 built once (:func:`kvhit.impl.bench.bench_states`) and both lookups run on it in the
-same process; each time is the fastest of N runs. The ratio is model time / impl time.
+same process, taking turns; each time is the fastest of N runs. The ratio is model
+time / impl time. The last column times what the impl prepares for the
+lookup when a request arrives (besides its block hashes): the plan of the request's
+shape (:meth:`kvhit.impl.coordinator.Coordinator.plan_for`).
 
 The lookup is a handful of tensor operations on a few thousand elements, so it runs
 with one intra-op thread: on a loaded machine, waking a second thread can cost more
@@ -16,7 +19,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, bench_states, best_time
+from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, bench_states, best_times
 
 
 @click.command()
@@ -26,7 +29,8 @@ def main(repeats: int, tokens: int) -> None:
     """Print the speed table; exit 1 if the two lookups ever disagree."""
     torch.set_num_threads(1)
     table = Table(title=f"lookup on a {tokens:,}-token prompt, block size {BLOCK_SIZE}")
-    for column in ("groups", "case", "L*", "impl (ms)", "model (ms)", "model / impl"):
+    columns = ("groups", "case", "L*", "impl (ms)", "model (ms)", "model / impl")
+    for column in columns + ("impl plan, at arrival (ms)",):
         table.add_column(column, justify="left" if column in ("groups", "case") else "right")
     agree = True
     for with_mamba in (False, True):
@@ -34,8 +38,8 @@ def main(repeats: int, tokens: int) -> None:
         for state in bench_states(tokens, with_mamba):
             length = state.impl_lookup().length
             agree &= length == state.model_lookup()
-            impl = best_time(state.impl_lookup, repeats)
-            model = best_time(state.model_lookup, repeats)
+            runs = (state.impl_lookup, state.model_lookup, state.impl_plan)
+            impl, model, plan = best_times(runs, repeats)
             table.add_row(
                 label,
                 state.name,
@@ -43,8 +47,9 @@ def main(repeats: int, tokens: int) -> None:
                 f"{impl * 1e3:.2f}",
                 f"{model * 1e3:.1f}",
                 f"{model / impl:.0f}x",
+                f"{plan * 1e3:.2f}",
             )
-    Console(width=120).print(table)
+    Console(width=150).print(table)
     if not agree:
         raise SystemExit("the impl and the model disagree on a benchmark state")
 

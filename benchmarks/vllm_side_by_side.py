@@ -7,8 +7,10 @@ Each state (:func:`kvhit.impl.bench.bench_states`: a 131,072-token prompt, block
 16, full + sliding window 128 + sliding window 1024, with and without a mamba group,
 in three cases) is built once as the impl's pool and once as vLLM's block pool
 holding exactly the same cached blocks (:func:`kvhit.adapters.vllm.prepare`). Both
-lookups then run in this one process; each time is the fastest of N runs, and the
-ratio is vLLM time / impl time.
+lookups then run in this one process, taking turns; each time is the fastest of N
+runs, and the ratio is vLLM time / impl time. The last column times what the impl
+prepares for the lookup when a request arrives (besides its block hashes): the plan
+of the request's shape (:meth:`kvhit.impl.coordinator.Coordinator.plan_for`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvhit.adapters.vllm import prepare
-from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, BenchState, bench_states, best_time
+from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, BenchState, bench_states, best_times
 
 
 def vllm_lookup(state: BenchState):
@@ -39,7 +41,8 @@ def main(repeats: int, tokens: int) -> None:
     """Print the side-by-side table; exit 1 if the two lookups ever disagree."""
     torch.set_num_threads(1)
     table = Table(title=f"lookup on a {tokens:,}-token prompt, block size {BLOCK_SIZE}")
-    for column in ("groups", "case", "L*", "impl (ms)", "vLLM (ms)", "vLLM / impl"):
+    columns = ("groups", "case", "L*", "impl (ms)", "vLLM (ms)", "vLLM / impl")
+    for column in columns + ("impl plan, at arrival (ms)",):
         table.add_column(column, justify="left" if column in ("groups", "case") else "right")
     agree = True
     for with_mamba in (False, True):
@@ -48,8 +51,8 @@ def main(repeats: int, tokens: int) -> None:
             length = state.impl_lookup().length
             run_vllm, vllm_length = vllm_lookup(state)
             agree &= length == vllm_length
-            impl = best_time(state.impl_lookup, repeats)
-            vllm = best_time(run_vllm, repeats)
+            runs = (state.impl_lookup, run_vllm, state.impl_plan)
+            impl, vllm, plan = best_times(runs, repeats)
             table.add_row(
                 label,
                 state.name,
@@ -57,8 +60,9 @@ def main(repeats: int, tokens: int) -> None:
                 f"{impl * 1e3:.2f}",
                 f"{vllm * 1e3:.2f}",
                 f"{vllm / impl:.1f}x",
+                f"{plan * 1e3:.2f}",
             )
-    Console(width=120).print(table)
+    Console(width=150).print(table)
     if not agree:
         raise SystemExit("the impl and vLLM disagree on a benchmark state")
 

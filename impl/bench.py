@@ -15,11 +15,11 @@ protocol query of the same state, so any other lookup can be timed side by side.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvhit.impl.coordinator import CacheHit, Coordinator, Request
+from kvhit.impl.coordinator import CacheHit, Coordinator, LookupPlan, Request, lookup_plan
 from kvhit.model.algorithms import fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
@@ -69,6 +69,12 @@ class BenchState:
         """The torch coordinator's lookup on this state."""
         return self.coord.find_longest_cache_hit(self.request, self.query.max_length)
 
+    def impl_plan(self) -> LookupPlan:
+        """What the coordinator prepares for the lookup when the request arrives: the
+        plan of its shape (:meth:`~kvhit.impl.coordinator.Coordinator.plan_for`)."""
+        lookup_plan.cache_clear()
+        return self.coord.plan_for(self.request.num_tokens, self.query.max_length)
+
     def model_lookup(self) -> int:
         """The model's plain-Python fixed point over its finders on this state."""
         return fixed_point(self.query)
@@ -87,11 +93,16 @@ def bench_states(num_tokens: int = NUM_TOKENS, with_mamba: bool = False) -> list
     return states
 
 
-def best_time(run: Callable[[], Any], repeats: int) -> float:
-    """The fastest of ``repeats`` runs, in seconds."""
-    best = float("inf")
+def best_times(runs: Sequence[Callable[[], Any]], repeats: int) -> list[float]:
+    """The fastest of ``repeats`` runs of each function, in seconds.
+
+    The functions take turns, one run each per round, so a spell of load from other
+    jobs on the machine slows all of them alike and the ratios stay fair.
+    """
+    best = [float("inf")] * len(runs)
     for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
+        for i, run in enumerate(runs):
+            started = time.perf_counter()
+            run()
+            best[i] = min(best[i], time.perf_counter() - started)
     return best

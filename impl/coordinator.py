@@ -1,30 +1,34 @@
 """The coordinator: one request's blocks across every group, and the cache lookup.
 
-:meth:`Coordinator.find_longest_cache_hit` is vectorized: per group, one indexing
-operation finds which of the request's block hashes are cached, one cumulative sum
-turns that into prefix sums, the spec's ``valid`` evaluates every candidate length at
-once on them (:mod:`kvhit.impl.formula`), and one reduction takes the longest
-candidate valid in every group. The only Python loop is over the groups.
+:meth:`Coordinator.find_longest_cache_hit` is vectorized. What does not depend on the
+cache is computed when the request arrives, as engines do with block hashes: its
+block hash keys, and per group the staged ``valid`` of every candidate length
+(:func:`kvhit.impl.formula.torch_plan`), kept per request shape by :func:`lookup_plan`. A lookup then
+does, per group, one indexing operation to find which of the request's blocks are
+cached, one cumulative sum of the misses, and the plan's two gathers, comparison and
+select; one reduction takes the longest candidate valid in every group. The only
+Python loop is over the groups.
 
     >>> from kvhit.model.spec import Group
     >>> coord = Coordinator([Group("full", 2), Group("sliding_window", 2, window=3)], 16)
     >>> req = coord.request(list(range(9)))
     >>> coord.preload(req, [[True, True, True, False], [False, True, False, True]])
     >>> hit = coord.find_longest_cache_hit(req, max_length=8)
-    >>> hit.length, hit.indices()
-    (4, [[0, 1], [1]])
+    >>> hit.length, hit.indices(), hit.blocks
+    (4, [[0, 1], [1]], ((1, 2), (4,)))
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
 import torch
 
-from kvhit.impl.formula import prefix_sums, valid_lengths
-from kvhit.impl.hashing import BlockHasher
+from kvhit.impl.formula import Plan, miss_sums, stack, torch_plan, valid_at
+from kvhit.impl.hashing import ROOT, BlockHasher
 from kvhit.impl.managers import manager_for
 from kvhit.impl.pool import BlockPool
 from kvhit.model.spec import Group, Query, default_alignment, reused_range
@@ -33,11 +37,18 @@ from kvhit.model.spec import Group, Query, default_alignment, reused_range
 @dataclass
 class Request:
     """A request's tokens, its block hashes per group, and (once allocated) its block
-    table per group."""
+    table per group.
+
+    ``keys[g]`` is ``hashes[g]`` followed by :data:`~kvhit.impl.hashing.ROOT`, which
+    is never cached: the lookup key of every block an eagle group may look at (block
+    T // b included). ``key_bound`` exceeds every hash id in them.
+    """
 
     tokens: list[int]
     hashes: list[torch.Tensor]
     tables: list[list[int]]
+    keys: list[torch.Tensor]
+    key_bound: int
 
     @property
     def num_tokens(self) -> int:
@@ -45,18 +56,54 @@ class Request:
         return len(self.tokens)
 
 
-@dataclass(frozen=True)
 class CacheHit:
     """A hit length and, per group, the cached blocks reused: the physical block ids
-    of the block indices ``first[g]`` onward."""
+    of the block indices ``first[g]`` onward.
 
-    length: int
-    first: tuple[int, ...]
-    blocks: tuple[tuple[int, ...], ...]
+    The lookup hands the ids over as tensor views; :attr:`blocks` turns them into
+    Python ints the first time it is read.
+    """
+
+    def __init__(
+        self,
+        length: int,
+        first: tuple[int, ...],
+        reused: Sequence[torch.Tensor | Sequence[int]],
+    ):
+        self.length = length
+        self.first = first
+        self.reused = tuple(reused)
+
+    @cached_property
+    def blocks(self) -> tuple[tuple[int, ...], ...]:
+        """Each group's reused physical block ids."""
+        return tuple(
+            tuple(b.tolist()) if isinstance(b, torch.Tensor) else tuple(b) for b in self.reused
+        )
 
     def indices(self) -> list[list[int]]:
         """Each group's reused block indices (the target protocol's ``blocks``)."""
-        return [list(range(f, f + len(b))) for f, b in zip(self.first, self.blocks)]
+        return [list(range(f, f + len(b))) for f, b in zip(self.first, self.reused)]
+
+
+@dataclass(frozen=True)
+class LookupPlan:
+    """Everything a lookup needs that does not depend on the cache: the candidate
+    lengths, and every group's staged ``valid`` at them, stacked (:func:`stack`)."""
+
+    lengths: torch.Tensor
+    sizes: tuple[int, ...]
+    """Per group, how many block keys the plan reads (through block top // b)."""
+    plan: Plan
+
+
+@lru_cache(maxsize=64)
+def lookup_plan(groups: tuple[Group, ...], alignment: int, top: int, num_tokens: int) -> LookupPlan:
+    """The plan of a lookup of at most ``top`` tokens for a request of ``num_tokens``."""
+    lengths = torch.arange(0, top + 1, alignment)
+    sizes = tuple(top // g.block_size + 1 for g in groups)
+    plans = [torch_plan(g, lengths, num_tokens) for g in groups]
+    return LookupPlan(lengths, sizes, stack(plans, sizes))
 
 
 class Coordinator:
@@ -70,10 +117,22 @@ class Coordinator:
         self.hashers = {g.block_size: BlockHasher(g.block_size) for g in self.groups}
 
     def request(self, tokens: Sequence[int]) -> Request:
-        """A new request, with its block hashes for every group."""
+        """A new request, with its block hashes and lookup keys for every group."""
         tokens = list(tokens)
         hashes = [self.hashers[g.block_size].hashes(tokens) for g in self.groups]
-        return Request(tokens, hashes, [[] for _ in self.groups])
+        keys = [torch.cat([h, torch.tensor([ROOT])]) for h in hashes]
+        key_bound = max(len(h.ids) for h in self.hashers.values()) + 1
+        self.pool.reserve(key_bound)
+        # Like the hashes, the plan of the usual lookup (max_length = T - 1) is made
+        # when the request arrives.
+        self.plan_for(len(tokens), len(tokens) - 1)
+        return Request(tokens, hashes, [[] for _ in self.groups], keys, key_bound)
+
+    def plan_for(self, num_tokens: int, max_length: int) -> LookupPlan:
+        """The plan of a lookup of at most ``max_length`` tokens for a request of
+        ``num_tokens`` (a hit always leaves the request at least one token to compute)."""
+        top = min(max_length, num_tokens - 1) // self.alignment * self.alignment
+        return lookup_plan(self.groups, self.alignment, top, num_tokens)
 
     def cached_ids(self, request: Request) -> list[torch.Tensor]:
         """Per group, the cached block holding each of the request's blocks, or -1."""
@@ -81,21 +140,20 @@ class Coordinator:
 
     def find_longest_cache_hit(self, request: Request, max_length: int) -> CacheHit:
         """The longest hit of at most ``max_length`` tokens every group can serve."""
-        top = max_length // self.alignment * self.alignment
-        lengths = torch.arange(0, top + 1, self.alignment)
-        ok = torch.ones_like(lengths, dtype=torch.bool)
-        ids = self.cached_ids(request)
-        for g, group_ids in zip(self.groups, ids):
-            # Room for block top/b, the extra block an eagle group looks at.
-            prefix = prefix_sums(group_ids >= 0, top // g.block_size + 1)
-            ok &= valid_lengths(g, prefix, lengths, request.num_tokens)
-        length = int(torch.where(ok, lengths, 0).max())
-        first, blocks = [], []
+        plan = self.plan_for(request.num_tokens, max_length)
+        ids = [
+            self.pool.lookup(i, keys[:size], request.key_bound)
+            for i, (keys, size) in enumerate(zip(request.keys, plan.sizes))
+        ]
+        # amin: whether every group can serve each candidate (all(0) is slower on bools).
+        ok = valid_at(plan.plan, miss_sums(torch.cat(ids) < 0)).amin(0)
+        length = int(torch.where(ok, plan.lengths, 0).max())
+        first, reused = [], []
         for g, group_ids in zip(self.groups, ids):
             lo, hi = reused_range(g, length) if length else (0, 0)
             first.append(lo)
-            blocks.append(tuple(group_ids[lo:hi].tolist()))
-        return CacheHit(length, tuple(first), tuple(blocks))
+            reused.append(group_ids[lo:hi])
+        return CacheHit(length, tuple(first), reused)
 
     def snapshot(self, request: Request, max_length: int | None = None) -> dict[str, Any]:
         """The cache state the request sees, as a normalized protocol query."""

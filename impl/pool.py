@@ -46,12 +46,26 @@ class BlockPool:
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.tables = [torch.full((0,), -1, dtype=torch.int64) for _ in range(num_groups)]
 
-    def lookup(self, group: int, hashes: torch.Tensor) -> torch.Tensor:
-        """The cached block holding each hash id of ``group``, or -1 (vectorized)."""
+    def lookup(self, group: int, hashes: torch.Tensor, bound: int | None = None) -> torch.Tensor:
+        """The cached block holding each hash id of ``group``, or -1 (vectorized).
+
+        ``bound``, when the caller knows one, exceeds every id in ``hashes``: if the
+        table already covers it (:meth:`reserve`), the lookup is a single gather.
+        """
         table = self.tables[group]
+        if bound is not None and bound <= table.numel():
+            return table.index_select(0, hashes)
         known = hashes < table.numel()
         found = table[torch.where(known, hashes, 0)] if table.numel() else hashes
         return torch.where(known, found, -1)
+
+    def reserve(self, bound: int) -> None:
+        """Grow every group's table to cover hash ids below ``bound``."""
+        for group, table in enumerate(self.tables):
+            if table.numel() < bound:
+                grown = torch.full((max(2 * table.numel(), bound),), -1, dtype=torch.int64)
+                grown[: table.numel()] = table
+                self.tables[group] = grown
 
     def allocate(self) -> int:
         """Take the least recently freed block, evicting its cached data if any."""
@@ -86,13 +100,10 @@ class BlockPool:
         Returns False (and caches nothing) when that hash is already cached: the
         earlier copy stays the one that is hit.
         """
-        if self.lookup(group, torch.tensor([hash_id])).item() >= 0:
-            return False
+        self.reserve(hash_id + 1)
         table = self.tables[group]
-        if hash_id >= table.numel():
-            grown = torch.full((max(2 * table.numel(), hash_id + 1),), -1, dtype=torch.int64)
-            grown[: table.numel()] = table
-            self.tables[group] = table = grown
+        if table[hash_id] >= 0:
+            return False
         table[hash_id] = block
         self.key[block] = (group, hash_id)
         return True

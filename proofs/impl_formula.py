@@ -1,11 +1,12 @@
 """Theorem 8: the impl's vectorized validity formula equals the spec, for every kind.
 
-The impl's lookup (:mod:`kvhit.impl.formula`) runs the spec's own
-:func:`kvhit.model.spec.valid` with one operation reinterpreted: "blocks ``[lo, hi)``
-are all cached" becomes :func:`kvhit.impl.formula.covered`, a difference of prefix
-sums. Here the same two functions run on z3 terms: :class:`PrefixZ3Ops` evaluates
-``valid`` through ``covered`` on the prefix sums of a symbolic row, and the plain
-:class:`~kvhit.proofs.symbolic.Z3Ops` evaluates it blockwise. The claim: they agree
+The impl's lookup (:mod:`kvhit.impl.formula`) stages the spec's own
+:func:`kvhit.model.spec.valid` (:func:`~kvhit.impl.formula.stage`: its one cache read
+answered True, then False) into a :class:`~kvhit.impl.formula.Plan`, and evaluates
+the plan on the prefix sums of the misses, where "blocks ``[lo, hi)`` are all cached"
+is :func:`kvhit.impl.formula.covered`. Here the same functions run on z3 terms: the
+plan staged by the plain :class:`~kvhit.proofs.symbolic.Z3Ops`, evaluated on the miss
+counts of a symbolic row, against ``valid`` evaluated blockwise. The claim: they agree
 for every row of at most N blocks, every hit length whose blocks (and an eagle
 group's next block) lie within the N blocks, every request length T > L, every
 window and every chunk (both unbounded), for each kind, eagle flag and block size
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 import z3
 
-from kvhit.impl.formula import covered, prefix_sums, valid_lengths
+from kvhit.impl.formula import prefix_sums, stage, valid_lengths
 from kvhit.model.spec import Group, Query, valid
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
@@ -38,13 +39,6 @@ SHAPES = (
 )
 
 
-class PrefixZ3Ops(Z3Ops):
-    """Z3 operations where a row is the list of its prefix sums, read by ``covered``."""
-
-    def all_cached(self, row: Any, lo: Any, hi: Any) -> Any:
-        return covered(lambda i: at_index(row, i), lo, hi)
-
-
 def at_index(terms: list[Any], i: Any) -> Any:
     """``terms[i]`` for a symbolic i in range, as a chain of ifs (no arrays, so the
     exported goal is plain linear arithmetic for a second solver)."""
@@ -54,12 +48,12 @@ def at_index(terms: list[Any], i: Any) -> Any:
     return out
 
 
-def prefix_terms(row: SymRow, size: int, ops: Z3Ops) -> list[Any]:
-    """``prefix[i]`` = cached blocks of ``row`` below i, for i = 0 … size."""
-    prefix: list[Any] = [z3.IntVal(0)]
+def miss_terms(row: SymRow, size: int, ops: Z3Ops) -> list[Any]:
+    """``misses[i]`` = uncached blocks of ``row`` below i, for i = 0 … size."""
+    misses: list[Any] = [z3.IntVal(0)]
     for j in range(size):
-        prefix.append(prefix[-1] + z3.If(ops.bit(row, j), 1, 0))
-    return prefix
+        misses.append(misses[-1] + z3.If(ops.bit(row, j), 0, 1))
+    return misses
 
 
 def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
@@ -76,7 +70,8 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
     ops = Z3Ops(bound)
     # A row of N blocks with free bits covers every shorter row (trailing misses).
     row = SymRow.fresh("cached", bound)
-    by_prefix = valid(g, prefix_terms(row, bound, ops), length, num_tokens, PrefixZ3Ops(bound))
+    misses = miss_terms(row, bound, ops)
+    staged = stage(g, length, num_tokens, ops).holds(lambda i: at_index(misses, i), ops)
     blockwise = valid(g, row, length, num_tokens, ops)
     assertions = [
         window >= 1,
@@ -84,7 +79,7 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
         length >= 0,
         length / b + 1 <= bound,
         num_tokens > length,
-        by_prefix != blockwise,
+        staged != blockwise,
     ]
     name = f"{kind}{' eagle' if eagle else ''} b={b}"
 
@@ -124,7 +119,8 @@ THEOREMS = [
     Theorem(
         name="impl_formula",
         statement=(
-            "The impl's vectorized validity (the spec's valid on prefix sums) equals the "
+            "The impl's vectorized validity (the spec's valid staged on its one cache read, "
+            "evaluated on prefix sums of the misses) equals the "
             "spec's blockwise valid for every kind, eagle flag and block size 1-4, "
             "any window and chunk, rows of up to N blocks."
         ),

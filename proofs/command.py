@@ -1,0 +1,1 @@
+"""The `kvhit prove` command (work in progress)."""

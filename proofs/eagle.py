@@ -1,0 +1,1 @@
+"""Theorem 7: eagle single drop, spiral, single pass (work in progress)."""

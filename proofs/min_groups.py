@@ -1,0 +1,157 @@
+"""Theorem 5: min-of-groups is only ever unsafe, and wrong (DESIGN.md §3).
+
+Both claims run the model's own :func:`~kvhit.model.algorithms.min_of_groups` on a
+symbolic query (:func:`kvhit.proofs.common.sym_query`) against L*, the spec's ``valid``
+over every candidate (:func:`kvhit.proofs.common.spec_answer`):
+
+- ``min_at_least_longest``: min ≥ L* for every cache state of 1 to 3 groups of every
+  kind (and the eagle wrapper), every M of at most N blocks, every cache row, T,
+  window and chunk;
+  proved. (Each group's hit from the top is at least L*, since L* is valid for it.)
+- ``min_is_longest``: "min == L*", refuted. Goals go from 1 group up, so the first
+  counterexample has the fewest groups; within it z3 ``Optimize`` minimizes M, then
+  the cached blocks. What comes out is as small as DESIGN.md §1's case: two groups,
+  two cached blocks, M = 2.
+
+    >>> [goal.name for goal in refutation_goals(4)][:2]
+    ['1 group: full b=1 (A=1)', '1 group: sliding_window b=1 (A=1)']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import combinations_with_replacement
+
+from kvhit.model.algorithms import min_of_groups
+from kvhit.proofs.common import SymQuery, spec_answer, sym_query
+from kvhit.proofs.registry import Goal, Theorem
+from kvhit.proofs.witness import witness_for
+
+Shape = tuple[str, bool, int]
+"""A group's kind, eagle flag and block size."""
+
+FINDERS: tuple[tuple[str, bool], ...] = (
+    ("full", False),
+    ("sliding_window", False),
+    ("chunked_local", False),
+    ("mamba", False),
+    ("full", True),
+    ("sliding_window", True),
+)
+"""Every finder, (kind, eagle)."""
+
+CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2))
+"""(block size, alignment) pairs the lower-bound proof runs at."""
+
+MAX_GROUPS = 3
+
+
+def group_sets(count: int, b: int) -> Iterator[tuple[Shape, ...]]:
+    """Every multiset of ``count`` finders at block size b (group order does not
+    matter to a min)."""
+    for finders in combinations_with_replacement(FINDERS, count):
+        yield tuple((kind, eagle, b) for kind, eagle in finders)
+
+
+def shape_label(shape: Shape) -> str:
+    """``sliding_window eagle b=1``."""
+    kind, eagle, b = shape
+    return f"{kind}{' eagle' if eagle else ''} b={b}"
+
+
+def query_for(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> SymQuery:
+    """A symbolic query of these groups, M of at most ``blocks`` blocks."""
+    return sym_query(
+        [(kind, eagle) for kind, eagle, _ in shapes],
+        max_top=blocks * min(b for _, _, b in shapes),
+        name="min",
+        block_sizes=[b for _, _, b in shapes],
+        alignment=alignment,
+    )
+
+
+def label(shapes: tuple[Shape, ...], alignment: int) -> str:
+    """``2 groups: full b=1, mamba b=1 (A=1)``."""
+    noun = "group" if len(shapes) == 1 else "groups"
+    return f"{len(shapes)} {noun}: {', '.join(map(shape_label, shapes))} (A={alignment})"
+
+
+def lower_bound_goal(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> Goal:
+    """A counterexample to min ≥ L*: min answers less than L*."""
+    sq = query_for(shapes, alignment, blocks)
+    found = min_of_groups(sq.query, sq.ops)
+    return Goal(
+        label(shapes, alignment),
+        [*sq.pre, found < spec_answer(sq)],
+        witness=witness_for(
+            sq, "min of groups", {"min of groups": min_of_groups}, lambda got, best: got < best
+        ),
+    )
+
+
+def exactness_goal(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> Goal:
+    """A counterexample to min == L*, as small as z3 can make it."""
+    sq = query_for(shapes, alignment, blocks)
+    found = min_of_groups(sq.query, sq.ops)
+    return Goal(
+        label(shapes, alignment),
+        [*sq.pre, found != spec_answer(sq)],
+        witness=witness_for(
+            sq,
+            "min of groups",
+            {"min of groups": min_of_groups},
+            lambda got, best: got != best,
+            note="fewest groups, then smallest M, then fewest cached blocks",
+        ),
+        minimize=[sq.query.max_length, sq.cached_count()],
+    )
+
+
+def lower_bound_goals(bound: int | None) -> list[Goal]:
+    """min ≥ L* for every set of up to 3 finders, at every (b, A) of :data:`CONFIGS`."""
+    blocks = bound or 6
+    return [
+        lower_bound_goal(shapes, a, blocks)
+        for b, a in CONFIGS
+        for count in range(1, MAX_GROUPS + 1)
+        for shapes in group_sets(count, b)
+    ]
+
+
+def refutation_goals(bound: int | None) -> list[Goal]:
+    """min == L*, fewest groups first (the runner stops at the first counterexample)."""
+    blocks = bound or 6
+    return [
+        exactness_goal(shapes, 1, blocks)
+        for count in range(1, MAX_GROUPS + 1)
+        for shapes in group_sets(count, 1)
+    ]
+
+
+THEOREMS = [
+    Theorem(
+        name="min_at_least_longest",
+        statement=(
+            "Min-of-groups never answers less than L* (it is only ever unsafe), for 1-3 "
+            "groups of every kind and the eagle wrapper, every cache row of N blocks, "
+            "M, T, window and chunk, at b/A = 1/1, 1/2, 2/2."
+        ),
+        expected="proved",
+        kind="bounded",
+        bound=6,
+        quick_bound=4,
+        build=lower_bound_goals,
+    ),
+    Theorem(
+        name="min_is_longest",
+        statement=(
+            "Min-of-groups answers L* (known wrong): refuted by a minimized counterexample "
+            "(fewest groups, smallest M, fewest cached blocks)."
+        ),
+        expected="refuted",
+        kind="bounded",
+        bound=6,
+        quick_bound=4,
+        build=refutation_goals,
+    ),
+]

@@ -1,0 +1,185 @@
+"""Running theorems: z3 on every goal, cvc5 on every unsat one, counterexamples checked.
+
+:func:`run_theorem` gives a :class:`Result` per theorem (see
+:mod:`kvhit.proofs.registry` for what proved / refuted / unknown / error mean).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import z3
+
+from kvhit.proofs.registry import Counterexample, Goal, Theorem
+
+
+@dataclass
+class GoalResult:
+    name: str
+    status: str  # "unsat", "sat", "unknown"
+    seconds: float
+    cvc5: str | None = None  # "unsat", "sat", "unknown", or None when not re-checked
+
+
+@dataclass
+class Result:
+    """What one theorem came to."""
+
+    name: str
+    statement: str
+    status: str
+    expected: str
+    bound: int | None
+    seconds: float
+    cross_check: str | None = None  # None (not asked), "agree", or what went otherwise
+    counterexample: Counterexample | None = None
+    detail: str = ""
+    goals: list[GoalResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """The expected status, and cvc5 (when asked) agreeing on every unsat goal."""
+        return self.status == self.expected and self.cross_check in (None, "agree")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "statement": self.statement,
+            "status": self.status,
+            "expected": self.expected,
+            "bound": self.bound,
+            "seconds": round(self.seconds, 3),
+            "cross_check": self.cross_check,
+            "counterexample": self.counterexample.to_json() if self.counterexample else None,
+        }
+
+
+def smt2(goal: Goal) -> str:
+    """The goal as an SMT-LIB2 script (set-logic ALL ... check-sat)."""
+    s = z3.Solver()
+    s.add(*goal.assertions)
+    return f"; {goal.name}\n(set-logic ALL)\n{s.to_smt2()}"
+
+
+def z3_check(goal: Goal, timeout: float) -> tuple[str, z3.ModelRef | None]:
+    """sat / unsat / unknown, and the model when sat (minimized when the goal asks)."""
+    ms = max(1, int(timeout * 1000))
+    if goal.minimize:
+        opt = z3.Optimize()
+        opt.set("timeout", ms)
+        opt.add(*goal.assertions)
+        for term in goal.minimize:
+            opt.minimize(term)
+        result = opt.check()
+        return str(result), opt.model() if result == z3.sat else None
+    s = z3.Solver()
+    s.set("timeout", ms)
+    s.add(*goal.assertions)
+    result = s.check()
+    return str(result), s.model() if result == z3.sat else None
+
+
+def cvc5_check(text: str, timeout: float) -> str:
+    """Re-check an SMT-LIB2 script with cvc5 (from PyPI): sat / unsat / unknown."""
+    import cvc5
+
+    tm = cvc5.TermManager()
+    solver = cvc5.Solver(tm)
+    solver.setOption("tlimit-per", str(max(1, int(timeout * 1000))))
+    solver.setOption("arrays-exp", "true")
+    symbols = cvc5.SymbolManager(tm)
+    parser = cvc5.InputParser(solver, symbols)
+    parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, "goal")
+    answer = "unknown"
+    try:
+        while True:
+            command = parser.nextCommand()
+            if command.isNull():
+                break
+            out = command.invoke(solver, symbols).strip()
+            if out in ("sat", "unsat"):
+                answer = out
+    except RuntimeError:
+        return "error"
+    return answer
+
+
+def run_theorem(
+    theorem: Theorem,
+    bound: int | None = None,
+    quick: bool = False,
+    timeout: float = 60.0,
+    cross_check: bool = False,
+    emit_dir: str | Path | None = None,
+) -> Result:
+    """Build the theorem's goals at its bound and settle them."""
+    at = theorem.bound_for(bound, quick)
+    start = time.perf_counter()
+    result = Result(theorem.name, theorem.statement, "proved", theorem.expected, at, 0.0)
+    try:
+        goals = theorem.build(at)
+        _settle(theorem, goals, result, timeout, cross_check, emit_dir)
+    except Exception as err:  # a theorem that cannot be built or read back is an error
+        result.status = "error"
+        result.detail = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _settle(
+    theorem: Theorem,
+    goals: list[Goal],
+    result: Result,
+    timeout: float,
+    cross_check: bool,
+    emit_dir: str | Path | None,
+) -> None:
+    if emit_dir is not None:
+        Path(emit_dir).mkdir(parents=True, exist_ok=True)
+    disagreements = unknown_cvc5 = 0
+    for number, goal in enumerate(goals):
+        text = smt2(goal) if (cross_check or emit_dir is not None) else ""
+        if emit_dir is not None:
+            Path(emit_dir, f"{theorem.name}-{number:03d}.smt2").write_text(text, encoding="utf-8")
+        begun = time.perf_counter()
+        status, model = z3_check(goal, timeout)
+        record = GoalResult(goal.name, status, time.perf_counter() - begun)
+        result.goals.append(record)
+        if status == "unsat":
+            if cross_check:
+                record.cvc5 = cvc5_check(text, timeout)
+                if record.cvc5 == "sat":
+                    disagreements += 1
+                elif record.cvc5 != "unsat":
+                    unknown_cvc5 += 1
+            continue
+        if status == "unknown":
+            result.status = "unknown"
+            result.detail = f"{goal.name}: z3 answered unknown (or timed out)"
+            break
+        # sat: the claim is false here
+        if goal.witness is None:
+            result.status = "error"
+            result.detail = f"{goal.name}: sat, but the goal cannot show a counterexample"
+            break
+        cx = goal.witness(model)
+        result.counterexample = cx
+        if cx.broken:
+            result.status = "refuted"
+            result.detail = f"{goal.name}: counterexample confirmed by the plain model"
+        else:
+            result.status = "error"
+            result.detail = f"{goal.name}: the solver's counterexample does not break the plain model"
+        break
+    if cross_check:
+        checked = sum(1 for g in result.goals if g.cvc5 is not None)
+        if disagreements:
+            result.cross_check = f"{disagreements} of {checked} disagree"
+        elif unknown_cvc5:
+            result.cross_check = f"{checked - unknown_cvc5} of {checked} agree, {unknown_cvc5} unknown"
+        else:
+            result.cross_check = "agree"

@@ -1,0 +1,1 @@
+"""Tests of the refuted theorems (work in progress)."""

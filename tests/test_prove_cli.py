@@ -1,0 +1,1 @@
+"""Tests of `kvhit prove` (work in progress)."""
