@@ -1,7 +1,7 @@
 """How fast the harness checks cases: per call for the model and impl targets, and the
 exhaustive mode's vectorized reference over every state of 3 groups x 8 blocks.
 
-Run: ``/work/venv/bin/python benchmarks/harness_speed.py [--cases N] [--threads T]``.
+Run: ``python benchmarks/harness_speed.py [--cases N] [--threads T]``.
 All rows come from one run, so their ratios compare like with like. A per-call row
 is the whole loop: building the query, calling the target, L* and the judgement.
 The exhaustive row is the reference side alone (L* of every state, by one mask test

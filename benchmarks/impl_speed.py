@@ -1,6 +1,6 @@
 """The impl's vectorized lookup against the model's plain-Python finders.
 
-Run: ``/work/venv/bin/python benchmarks/impl_speed.py [--repeats N]``. Every state is
+Run: ``python benchmarks/impl_speed.py [--repeats N]``. Every state is
 built once (:func:`kvhit.impl.bench.bench_states`) and both lookups run on it in the
 same process, taking turns; each time is the fastest of N runs. The ratio is model
 time / impl time. The last column times what the impl prepares for the

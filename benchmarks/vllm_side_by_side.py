@@ -1,7 +1,7 @@
 """The impl's lookup against vLLM's ``find_longest_cache_hit``, on identical states.
 
 Run in the vLLM environment (scripts/install-vllm.sh):
-``/work/venv-vllm/bin/python benchmarks/vllm_side_by_side.py [--repeats N]``.
+``VENV/bin/python benchmarks/vllm_side_by_side.py [--repeats N]``.
 
 Each state (:func:`kvhit.impl.bench.bench_states`: a 131,072-token prompt, block size
 16, full + sliding window 128 + sliding window 1024, with and without a mamba group,

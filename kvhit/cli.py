@@ -146,6 +146,7 @@ def check(file: str, as_json: bool, explain_at: int | None) -> None:
 
 VERIFY_SECTIONS = [
     ("seed facts", "kvhit.verify:examples_section"),
+    ("proofs", "kvhit.proofs.command:verify_section"),
     ("gate", "kvhit.harness.command:verify_section"),
 ]
 

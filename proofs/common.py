@@ -191,3 +191,26 @@ class AbstractFinders:
             ),
         ]
         return ls, facts
+
+    def ground_contract(self, groups: int, top: int) -> list[Any]:
+        """The contract for groups 0 … groups-1 and inputs 0 … top, quantifier-free
+        (all a fixed point from top can use: every finder maps [0, top] into itself)."""
+        F, V = self.F, self.V
+        out: list[Any] = []
+        for g in range(groups):
+            for m in range(top + 1):
+                f = F(g, m)
+                out += [f >= 0, f <= m, V(g, f)]
+                out += [z3.Implies(f < L, z3.Not(V(g, L))) for L in range(1, m + 1)]
+        return out
+
+    def ground_best(self, groups: int, top: int, name: str) -> tuple[Any, list[Any]]:
+        """L* for ``groups`` groups below a concrete ``top``, quantifier-free."""
+        ls = z3.Int(f"{name}_Lstar")
+        V = self.V
+        facts = [ls >= 0, ls <= top, *[V(g, ls) for g in range(groups)]]
+        facts += [
+            z3.Implies(ls < L, z3.Or(*[z3.Not(V(g, L)) for g in range(groups)]))
+            for L in range(top + 1)
+        ]
+        return ls, facts

@@ -40,39 +40,53 @@ def maximal_goals(bound: int | None) -> list[Goal]:
     F = af.F
     G, top, x, g, i = z3.Ints("fp_G fp_top fp_x fp_g fp_i")
     ls, best = af.best(G, top, "fp")
+    blame = z3.Function("fp_blame", z3.IntSort(), z3.IntSort())  # the one af.best defines
     P = z3.Function("fp_P", z3.IntSort(), z3.IntSort())  # L after the first i finders of a pass
     k = z3.Int("fp_k")
-    pass_def = [
-        P(0) == x,
-        z3.ForAll([k], z3.Implies(z3.And(k >= 0, k < G), P(k + 1) == F(k, P(k))), patterns=[P(k + 1)]),
-    ]
     base = [*af.contract(), G >= 1, top >= 0, *best]
     inside = z3.And(ls <= x, x <= top)
+    # each step uses only the instance of "P(i+1) = F(i, P(i))" it is about
+    step_i = [i >= 0, i < G, P(i + 1) == F(i, P(i)), ls <= P(i), P(i) <= x]
+
+    def used(group: Any, m: Any) -> list[Any]:
+        """The instances of the contract and of L*'s validity the step rests on (stated
+        outright so that a second solver need not find them)."""
+        return [
+            F(group, m) >= 0,
+            F(group, m) <= m,
+            z3.Implies(z3.And(m >= 0, F(group, m) < ls, ls <= m), z3.Not(af.V(group, ls))),
+            z3.Implies(z3.And(group >= 0, group < G), af.V(group, ls)),
+        ]
+
     return [
         Goal("the fixed point starts at or above L*", [*base, top < ls]),
         Goal(
             "a finder keeps L* <= L <= its input",
-            [*base, inside, g >= 0, g < G, z3.Not(z3.And(ls <= F(g, x), F(g, x) <= x))],
+            [
+                *base,
+                inside,
+                g >= 0,
+                g < G,
+                *used(g, x),
+                z3.Not(z3.And(ls <= F(g, x), F(g, x) <= x)),
+            ],
         ),
         Goal(
             "each prefix of a pass keeps L* <= L <= L at the pass start (step i -> i+1)",
-            [
-                *base, *pass_def, inside, i >= 0, i < G, ls <= P(i), P(i) <= x,
-                z3.Not(z3.And(ls <= P(i + 1), P(i + 1) <= x)),
-            ],
+            [*base, inside, *step_i, *used(i, P(i)), z3.Not(z3.And(ls <= P(i + 1), P(i + 1) <= x))],
         ),
         Goal(
             "a pass that ends where it started went through L everywhere (step i+1 -> i)",
-            [
-                *base, *pass_def, inside, i >= 0, i < G, ls <= P(i), P(i) <= x,
-                P(i + 1) >= x, P(i) < x,
-            ],
+            [*base, inside, *step_i, P(i + 1) >= x, P(i) < x],
         ),
         Goal(
             "a pass through L everywhere means L is valid for every group, so L = L*",
             [
-                *base, *pass_def, inside,
+                *base,
+                inside,
                 z3.ForAll([k], z3.Implies(z3.And(k >= 0, k <= G), P(k) == x)),
+                # the blamed group's own step of the pass
+                P(blame(x) + 1) == F(blame(x), P(blame(x))),
                 x != ls,
             ],
         ),
@@ -89,7 +103,11 @@ def mamba_witness(af: AbstractFinders, groups: int, top: int, run: Any) -> Any:
             for g in range(groups)
         ]
         q = parse_query(
-            {"groups": [{"kind": "mamba", "block_size": 1}] * groups, "cached": rows, "max_length": top}
+            {
+                "groups": [{"kind": "mamba", "block_size": 1}] * groups,
+                "cached": rows,
+                "max_length": top,
+            }
         )
         got, best = run(q), algorithms.brute_force(q)
         return Counterexample(
@@ -105,13 +123,13 @@ def model_code_goals(bound: int | None) -> list[Goal]:
     for groups in (1, 2, 3):
         for top in range(bound + 1):
             af = AbstractFinders(f"mc{groups}_{top}")
-            ls, best = af.best(groups, top, f"mc{groups}_{top}")
+            ls, best = af.ground_best(groups, top, f"mc{groups}_{top}")
             ops = Z3Ops(bound=1)
             got = algorithms.fixed_point_of(af.finders(groups), z3.IntVal(top), top + 1, ops)
             goals.append(
                 Goal(
                     f"G={groups} top={top}",
-                    [*af.contract(), *best, got != ls],
+                    [*af.ground_contract(groups, top), *best, got != ls],
                     witness=mamba_witness(af, groups, top, algorithms.fixed_point),
                 )
             )
@@ -120,40 +138,28 @@ def model_code_goals(bound: int | None) -> list[Goal]:
 
 def termination_goals(bound: int | None) -> list[Goal]:
     af = AbstractFinders("tm")
-    F = af.F
-    G, top, x = z3.Ints("tm_G tm_top tm_x")
+    G, top, x, p = z3.Ints("tm_G tm_top tm_x tm_p")
     ls, best = af.best(G, top, "tm")
-    P = z3.Function("tm_P", z3.IntSort(), z3.IntSort())
+    P = z3.Function("tm_P", z3.IntSort(), z3.IntSort())  # L after the first i finders
     X = z3.Function("tm_X", z3.IntSort(), z3.IntSort())  # L after p passes
-    k, p = z3.Ints("tm_k tm_p")
     base = [*af.contract(), G >= 1, top >= 0, *best]
-    pass_def = [
-        P(0) == x,
-        z3.ForAll([k], z3.Implies(z3.And(k >= 0, k < G), P(k + 1) == F(k, P(k))), patterns=[P(k + 1)]),
-    ]
-    # what theorem 1's pass lemmas give, for every pass p: L* <= X(p+1) <= X(p)
-    passes = [
-        X(0) == top,
-        z3.ForAll(
-            [k], z3.Implies(k >= 0, z3.And(ls <= X(k + 1), X(k + 1) <= X(k))), patterns=[X(k + 1)]
-        ),
-    ]
+
+    def between(n: Any) -> Any:
+        """What theorem 1's pass lemmas give for pass n: L* <= X(n+1) <= X(n)."""
+        return z3.And(ls <= X(n + 1), X(n + 1) <= X(n))
+
     return [
         Goal(
             "a pass that changes L lowers it by at least one unit of A",
-            [
-                *base, *pass_def, ls <= x, x <= top,
-                z3.ForAll([k], z3.Implies(z3.And(k >= 0, k <= G), z3.And(ls <= P(k), P(k) <= x))),
-                P(G) != x, P(G) > x - 1,
-            ],
+            [*base, ls <= x, x <= top, P(0) == x, ls <= P(G), P(G) <= x, P(G) != x, P(G) > x - 1],
         ),
         Goal(
             "after p changing passes L <= top - p (step p -> p+1)",
-            [*base, *passes, p >= 0, X(p) <= top - p, X(p + 1) != X(p), X(p + 1) > top - p - 1],
+            [*base, p >= 0, between(p), X(p) <= top - p, X(p + 1) != X(p), X(p + 1) > top - p - 1],
         ),
         Goal(
             "so top + 1 changing passes are impossible: at most floor(M/A) + 1 passes",
-            [*base, *passes, X(top + 1) <= top - (top + 1)],
+            [*base, between(top), X(top + 1) <= top - (top + 1)],
         ),
     ]
 
@@ -182,7 +188,11 @@ def family(groups: int, blocks: int) -> Query:
     """Group g (mamba, b = 1) misses every block j with j ≡ g (mod groups); M = blocks."""
     rows = [[j % groups != g for j in range(blocks)] for g in range(groups)]
     return parse_query(
-        {"groups": [{"kind": "mamba", "block_size": 1}] * groups, "cached": rows, "max_length": blocks}
+        {
+            "groups": [{"kind": "mamba", "block_size": 1}] * groups,
+            "cached": rows,
+            "max_length": blocks,
+        }
     )
 
 
@@ -243,8 +253,8 @@ THEOREMS = [
         ),
         expected="proved",
         kind="bounded",
-        bound=8,
-        quick_bound=5,
+        bound=6,
+        quick_bound=4,
         build=model_code_goals,
     ),
     Theorem(

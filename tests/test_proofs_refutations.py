@@ -1,1 +1,83 @@
-"""Tests of the refuted theorems (work in progress)."""
+"""Theorems 5 and 7 at small bounds, and their counterexamples run through the plain model."""
+
+from __future__ import annotations
+
+import pytest
+import z3
+
+from kvhit.model.algorithms import brute_force, fixed_point, min_of_groups, single_pass
+from kvhit.proofs import eagle, min_groups
+from kvhit.proofs.registry import Counterexample, Goal, Theorem, all_theorems
+from kvhit.proofs.runner import run_theorem
+
+THEOREMS = {t.name: t for t in all_theorems(["kvhit.proofs.min_groups", "kvhit.proofs.eagle"])}
+
+
+@pytest.mark.parametrize("name", sorted(THEOREMS))
+def test_theorem_has_its_expected_status_at_a_small_bound(name: str) -> None:
+    result = run_theorem(THEOREMS[name], bound=3)
+    assert result.status == THEOREMS[name].expected, result.detail
+    assert (result.counterexample is not None) == (result.status == "refuted")
+
+
+def refutation(name: str, bound: int = 4) -> Counterexample:
+    result = run_theorem(THEOREMS[name], bound=bound)
+    assert result.status == "refuted", result.detail
+    assert result.counterexample is not None and result.counterexample.broken
+    return result.counterexample
+
+
+def test_min_counterexample_is_unsafe_and_as_small_as_the_seed() -> None:
+    q = refutation("min_is_longest").query
+    assert min_of_groups(q) > brute_force(q) == fixed_point(q)
+    assert len(q.groups) == 2
+    assert sum(map(sum, q.cached)) == 2
+    assert q.max_length == 2
+
+
+def test_spiral_inside_the_fixed_point_loses_reuse_concretely() -> None:
+    cx = refutation("eagle_spiral")
+    q = cx.query
+    assert any(g.eagle for g in q.groups)
+    assert eagle.spiral_fixed_point(q) < brute_force(q) == fixed_point(q)
+    assert cx.length == eagle.spiral_fixed_point(q)
+
+
+def test_single_pass_is_wrong_for_two_sliding_windows_concretely() -> None:
+    q = refutation("single_pass_two_windows").query
+    assert [g.kind for g in q.groups] == ["sliding_window", "sliding_window"]
+    assert single_pass(q) != brute_force(q) == fixed_point(q)
+
+
+def test_the_same_goals_prove_the_single_drop_wrapper_and_refute_the_spiral() -> None:
+    """The spiral differs from the model only in the eagle finder: swapping it back in
+    (the single-drop wrapper) makes the same claim provable."""
+    kinds = (("full", True),)
+    right = eagle.single_drop_goals(3)[0]
+    assert right.name == eagle.label(kinds)
+    solver = z3.Solver()
+    solver.add(*right.assertions)
+    assert solver.check() == z3.unsat
+    wrong = eagle.spiral_goals(3)[0]
+    solver = z3.Solver()
+    solver.add(*wrong.assertions)
+    assert solver.check() == z3.sat
+
+
+def test_lower_bound_proof_covers_three_groups() -> None:
+    names = [goal.name for goal in min_groups.lower_bound_goals(3)]
+    assert any(name.startswith("3 groups") for name in names)
+    assert any("eagle" in name for name in names)
+
+
+def test_a_counterexample_that_does_not_break_the_model_is_an_error() -> None:
+    x = z3.Int("x")
+    q = refutation("eagle_spiral", bound=2).query
+
+    def witness(model: z3.ModelRef) -> Counterexample:
+        return Counterexample(q, "nothing", 0, {}, broken=False)
+
+    t = Theorem(
+        "bogus", "x is never 1.", "refuted", "unbounded", lambda b: [Goal("x", [x == 1], witness)]
+    )
+    assert run_theorem(t).status == "error"

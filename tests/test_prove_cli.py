@@ -1,1 +1,93 @@
-"""Tests of `kvhit prove` (work in progress)."""
+"""``kvhit prove``: options, exit codes, the JSON schema, SMT-LIB2 export, cvc5."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kvhit.cli import main
+from kvhit.proofs import command, eagle, registry
+from kvhit.proofs.registry import Theorem
+
+MODULES = ["kvhit.proofs.min_groups", "kvhit.proofs.eagle"]
+ALL_REGISTERED = command.registered
+FIELDS = {"name", "statement", "status", "expected", "bound", "seconds", "cross_check"}
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Theorems from these modules only, so each test stays small."""
+    monkeypatch.setattr(command, "registered", lambda: registry.all_theorems(MODULES))
+
+
+def prove(*args: str) -> Result:
+    return CliRunner().invoke(main, ["prove", *args])
+
+
+def test_json_is_one_object_in_the_schema() -> None:
+    run = prove("--only", "eagle_spiral,single_pass_two_windows", "--bound", "3", "--json")
+    assert run.exit_code == 0, run.output
+    out = json.loads(run.stdout)
+    assert set(out) == {"ok", "theorems"} and out["ok"] is True
+    assert [t["name"] for t in out["theorems"]] == ["eagle_spiral", "single_pass_two_windows"]
+    for t in out["theorems"]:
+        assert set(t) == FIELDS | {"counterexample"}
+        assert t["status"] == t["expected"] == "refuted" and t["bound"] == 3
+        cx = t["counterexample"]
+        assert cx["broken"] is True and "L*" in cx["answers"] and cx["query"]["groups"]
+
+
+def test_text_report_draws_the_counterexample_and_counts() -> None:
+    run = prove("--only", "min_is_longest", "--only", "eagle_spiral", "--bound", "3")
+    assert run.exit_code == 0, run.output
+    assert "query: M=2 A=1" in run.stdout
+    assert "min of groups answered 1 (unsafe)" in run.stdout
+    assert "0 proved, 2 refuted as expected, 0 failed, 0 unknown" in run.stdout
+
+
+def test_unknown_name_is_bad_usage_listing_the_known_ones() -> None:
+    run = prove("--only", "no_such_theorem")
+    assert run.exit_code == 2
+    assert "no_such_theorem" in run.stderr and "eagle_spiral" in run.stderr
+
+
+def test_a_broken_claim_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    claim = Theorem(
+        "single_pass_is_longest",
+        "One pass answers L* for two sliding windows (wrongly expected proved).",
+        "proved",
+        "bounded",
+        eagle.single_pass_goals,
+        bound=3,
+    )
+    monkeypatch.setattr(command, "registered", lambda: [claim])
+    run = prove("--json")
+    assert run.exit_code == 1
+    out = json.loads(run.stdout)
+    assert out["ok"] is False and out["theorems"][0]["status"] == "refuted"
+
+
+def test_a_listed_module_that_is_missing_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(command, "registered", ALL_REGISTERED)
+    monkeypatch.setattr(registry, "THEOREM_MODULES", [*MODULES, "kvhit.proofs.not_written"])
+    run = prove("--only", "eagle_spiral")
+    assert run.exit_code == 1
+    assert "kvhit.proofs.not_written" in run.stderr and "Traceback" not in run.output
+
+
+def test_emit_smt2_writes_every_query(tmp_path: Path) -> None:
+    run = prove("--only", "eagle_single_drop", "--bound", "2", "--emit-smt2", str(tmp_path))
+    assert run.exit_code == 0, run.output
+    files = sorted(tmp_path.glob("*.smt2"))
+    assert len(files) == len(eagle.single_drop_goals(2))
+    assert all("(check-sat)" in f.read_text() for f in files)
+
+
+def test_cross_check_agrees_on_a_proved_theorem() -> None:
+    run = prove("--only", "eagle_single_drop", "--bound", "2", "--cross-check", "--json")
+    assert run.exit_code == 0, run.output
+    (t,) = json.loads(run.stdout)["theorems"]
+    assert t["status"] == "proved" and t["cross_check"] == "agree"

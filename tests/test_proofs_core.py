@@ -1,0 +1,171 @@
+"""Theorems 1-3 (fixed point, termination, finder contracts): each gets its expected
+status at a small bound, and each is refuted when the model is broken on purpose."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import z3
+
+from kvhit.model import algorithms, finders
+from kvhit.model.finders import Scan, find
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import KINDS, longest_hit, valid
+from kvhit.proofs import contracts, fixed_point
+from kvhit.proofs.contracts import MissOps, MissRow, miss_axioms
+from kvhit.proofs.registry import Theorem
+from kvhit.proofs.runner import run_theorem
+from kvhit.proofs.symbolic import SymRow, Z3Ops
+
+
+def theorem(module, name: str) -> Theorem:
+    return next(t for t in module.THEOREMS if t.name == name)
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "bound"),
+    [
+        (fixed_point, "fixed_point_maximal", None),
+        (fixed_point, "termination", None),
+        (fixed_point, "fixed_point_model_code", 3),
+        (fixed_point, "many_passes", 6),
+        (contracts, "finder_contracts_bounded", 4),
+    ],
+)
+def test_theorem_is_proved(module, name: str, bound: int | None) -> None:
+    result = run_theorem(theorem(module, name), bound=bound, timeout=30)
+    assert result.status == "proved", result.detail
+
+
+def test_unbounded_finder_contracts_are_proved() -> None:
+    result = run_theorem(theorem(contracts, "finder_contracts"), timeout=30)
+    assert result.status == "proved", result.detail
+    assert len(result.goals) == 3 * (len(contracts.FINDERS) * len(contracts.CONFIGS) - 1)
+
+
+def test_the_family_needs_the_passes_it_claims() -> None:
+    for groups, blocks in [(2, 6), (3, 6), (4, 9)]:
+        q = fixed_point.family(groups, blocks)
+        assert fixed_point.passes_of(q) == fixed_point.family_passes(groups, blocks)
+    # with as many groups as blocks the termination bound floor(M/A)+1 is reached
+    assert fixed_point.passes_of(fixed_point.family(5, 5)) == 5 + 1
+
+
+def refuted(module, name: str, bound: int | None):
+    result = run_theorem(theorem(module, name), bound=bound, timeout=30)
+    assert result.status == "refuted", result.detail
+    cx = result.counterexample
+    assert cx is not None and cx.broken
+    return cx
+
+
+def test_sliding_window_with_floor_blocks_is_refuted(monkeypatch) -> None:
+    monkeypatch.setattr(finders, "window_span", lambda g, ops: ops.div(g.window - 1, g.block_size))
+    cx = refuted(contracts, "finder_contracts_bounded", 4)
+    g, row = cx.query.groups[0], cx.query.cached[0]
+    assert g.kind == "sliding_window"
+    q = cx.query
+    assert find(g, row, q.max_length, q.alignment, q.num_tokens) != longest_hit(q).length
+
+
+def test_mamba_accepting_any_earlier_state_is_refuted(monkeypatch) -> None:
+    original = finders.SCANS["mamba"]
+
+    def any_earlier_state(g, fr, ops) -> Scan:
+        scan = original(g, fr, ops)
+        return Scan(
+            scan.direction,
+            scan.limit,
+            scan.start,
+            scan.step,
+            lambda s: ops.ite(s[0], fr.round_down(fr.limit, ops), 0),
+        )
+
+    monkeypatch.setitem(finders.SCANS, "mamba", any_earlier_state)
+    cx = refuted(contracts, "finder_contracts_bounded", 4)
+    q = cx.query
+    assert q.groups[0].kind == "mamba"
+    assert find(q.groups[0], q.cached[0], q.max_length, q.alignment, q.num_tokens) > (
+        longest_hit(q).length
+    )
+
+
+def test_fixed_point_without_the_repeat_is_refuted(monkeypatch) -> None:
+    original = algorithms.fixed_point_of
+    monkeypatch.setattr(
+        algorithms, "fixed_point_of", lambda fs, top, passes, ops=None: original(fs, top, 1, ops)
+    )
+    cx = refuted(fixed_point, "fixed_point_model_code", 3)
+    assert algorithms.fixed_point(cx.query) != algorithms.brute_force(cx.query)
+
+
+def random_rows(rng: random.Random, count: int) -> list[list[bool]]:
+    return [[rng.random() < 0.7 for _ in range(rng.randint(0, 9))] for _ in range(count)]
+
+
+def test_last_miss_reading_equals_the_plain_one() -> None:
+    rng = random.Random(3)
+    for _ in range(30):
+        bits = random_rows(rng, 1)[0]
+        lo, hi = rng.randint(-1, 10), rng.randint(0, 11)
+        plain = Z3Ops(bound=1).all_cached(bits, lo, hi)
+        expected = z3.is_true(z3.simplify(plain)) if z3.is_expr(plain) else plain
+        for row, extra in [
+            (MissRow.fresh("t", len(bits)), None),
+            (MissRow.bounded("tb", len(bits)), ()),
+        ]:
+            ops = MissOps(bound=1)
+            s = z3.Solver()
+            s.add(*[row.bits[j] == b for j, b in enumerate(bits)])
+            if extra is None:
+                s.add(*miss_axioms(row, ops))
+            s.add(ops.all_cached(row, lo, hi) != expected)
+            assert s.check() == z3.unsat, (bits, lo, hi)
+
+
+def random_query(rng: random.Random, kind: str, eagle: bool):
+    b = rng.choice([1, 2, 3])
+    group = {"kind": kind, "block_size": b, "eagle": eagle}
+    if kind == "sliding_window":
+        group["window"] = rng.randint(1, 8)
+    if kind == "chunked_local":
+        group["chunk"] = rng.randint(1, 8)
+    m = rng.randint(0, 12)
+    return parse_query(
+        {
+            "groups": [group, {"kind": "sliding_window", "block_size": 1, "window": 2}],
+            "cached": random_rows(rng, 2),
+            "max_length": m,
+            "num_tokens": m + rng.randint(1, 4),
+            "alignment": b * rng.choice([1, 2]),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "eagle"), [(k, False) for k in KINDS] + [("full", True), ("sliding_window", True)]
+)
+def test_symbolic_encoding_equals_plain_python(kind: str, eagle: bool) -> None:
+    rng = random.Random(hash((kind, eagle)) % 1000)
+    ops = Z3Ops(bound=16)
+    for _ in range(25):
+        q = random_query(rng, kind, eagle)
+        g, row = q.groups[0], q.cached[0]
+        sym_row = SymRow.of(row)
+        m = z3.Int("m")
+        s = z3.Solver()
+        s.add(m == q.max_length)
+        for length in q.candidates():
+            sym = valid(g, sym_row, z3.IntVal(length), q.num_tokens, ops)
+            assert z3.is_true(z3.simplify(z3.And(sym))) == valid(g, row, length, q.num_tokens)
+        sym_hit = find(g, sym_row, m, q.alignment, q.num_tokens, ops)
+        assert s.check() == z3.sat
+        assert s.model().eval(sym_hit).as_long() == find(
+            g, row, q.max_length, q.alignment, q.num_tokens
+        )
+        sym_fp = algorithms.fixed_point(
+            type(q)(q.groups, tuple(SymRow.of(r) for r in q.cached), m, q.num_tokens, q.alignment),
+            Z3Ops(bound=16, passes=q.max_length + 1),
+        )
+        assert s.model().eval(sym_fp).as_long() == algorithms.fixed_point(q)
