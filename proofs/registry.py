@@ -61,7 +61,9 @@ STATUSES = ("proved", "refuted", "unknown", "error")
 THEOREM_MODULES = [
     "kvhit.proofs.fixed_point",
     "kvhit.proofs.contracts",
+    "kvhit.proofs.closure",
     "kvhit.proofs.min_groups",
+    "kvhit.proofs.rounding",
     "kvhit.proofs.eagle",
     "kvhit.proofs.impl_formula",
 ]
