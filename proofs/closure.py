@@ -195,8 +195,8 @@ THEOREMS = [
         ),
         expected="proved",
         kind="bounded",
-        bound=8,
-        quick_bound=4,
+        bound=5,
+        quick_bound=3,
         build=one_pass_goals(shortcut_orders()),
     ),
     Theorem(

@@ -92,7 +92,9 @@ def results_table(results: list[Result], cross_check: bool) -> Table:
     """One row per theorem: name, status (and expected, when it differs), bound, seconds."""
     table = Table(title="kvhit prove")
     for column in ("theorem", "status", "bound", "seconds"):
-        table.add_column(column, justify="right" if column == "seconds" else "left")
+        table.add_column(
+            column, justify="right" if column == "seconds" else "left", no_wrap=column == "theorem"
+        )
     if cross_check:
         table.add_column("cvc5")
     for r in results:

@@ -65,9 +65,8 @@ def own_block_fixed_point(q: Query, ops: Ops = PY) -> Any:
     )
 
 
-def rounding_goal(kinds: tuple[str, str], sizes: tuple[int, int], a: int, units: int) -> Goal:
-    """The own-block fixed point != L*, M up to ``units`` units of A."""
-    max_top = units * a
+def rounding_goal(kinds: tuple[str, str], sizes: tuple[int, int], a: int, max_top: int) -> Goal:
+    """The own-block fixed point != L*, M up to ``max_top`` tokens."""
     sq = sym_query(
         list(kinds),
         max_top,
@@ -90,7 +89,7 @@ def rounding_goals(configs: tuple[tuple[tuple[int, int], int], ...]) -> Any:
 
     def build(bound: int | None) -> list[Goal]:
         return [
-            rounding_goal(kinds, order, a, bound or 3)
+            rounding_goal(kinds, order, a, bound or 6)
             for sizes, a in configs
             for order in dict.fromkeys((sizes, sizes[::-1]))
             for kinds in combinations_with_replacement(KINDS, 2)
@@ -106,12 +105,12 @@ THEOREMS = [
             "With A = lcm of the block sizes, the fixed point where each group rounds to "
             "its own block size, started at floor(M/A)*A, returns L* (two groups of every "
             "kind pair, block sizes {1,2} with A = 2 and {2,3} with A = 6, every cache "
-            "state, window and chunk, M up to N units of A)."
+            "state, window and chunk, M up to N tokens)."
         ),
         expected="proved",
         kind="bounded",
-        bound=3,
-        quick_bound=2,
+        bound=6,
+        quick_bound=4,
         build=rounding_goals(CONFIGS),
     ),
     Theorem(
@@ -122,8 +121,8 @@ THEOREMS = [
         ),
         expected="refuted",
         kind="bounded",
-        bound=3,
-        quick_bound=2,
+        bound=8,
+        quick_bound=4,
         build=rounding_goals((COARSE,)),
     ),
 ]
