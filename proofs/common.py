@@ -23,6 +23,16 @@ from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, valid
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
+FINDERS: tuple[tuple[str, bool], ...] = (
+    ("full", False),
+    ("sliding_window", False),
+    ("chunked_local", False),
+    ("mamba", False),
+    ("full", True),
+    ("sliding_window", True),
+)
+"""Every finder: (kind, eagle). Eagle groups are full or sliding window only."""
+
 
 @dataclass
 class SymQuery:

@@ -45,18 +45,9 @@ import z3
 from kvhit.model.finders import Frame, Scan, find, frame_for, run_scan, scan_for
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, longest_hit, valid, window_span
+from kvhit.proofs.common import FINDERS
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
-
-FINDERS: tuple[tuple[str, bool], ...] = (
-    ("full", False),
-    ("sliding_window", False),
-    ("chunked_local", False),
-    ("mamba", False),
-    ("full", True),
-    ("sliding_window", True),
-)
-"""Every finder: (kind, eagle). Eagle groups are full or sliding window only."""
 
 CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 4))
 """(block size, alignment) pairs the contract theorems run at."""

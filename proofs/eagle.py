@@ -38,18 +38,10 @@ from kvhit.model.algorithms import (
 from kvhit.model.finders import find
 from kvhit.model.ops import PY, Ops
 from kvhit.model.spec import Group, Query
-from kvhit.proofs.common import SymQuery, spec_answer, sym_query
+from kvhit.proofs.common import FINDERS, SymQuery, spec_answer, sym_query
 from kvhit.proofs.registry import Goal, Theorem
 from kvhit.proofs.witness import witness_for
 
-FINDERS: tuple[tuple[str, bool], ...] = (
-    ("full", False),
-    ("sliding_window", False),
-    ("chunked_local", False),
-    ("mamba", False),
-    ("full", True),
-    ("sliding_window", True),
-)
 EAGLES: tuple[tuple[str, bool], ...] = (("full", True), ("sliding_window", True))
 
 

@@ -23,22 +23,13 @@ from collections.abc import Iterator
 from itertools import combinations_with_replacement
 
 from kvhit.model.algorithms import min_of_groups
-from kvhit.proofs.common import SymQuery, spec_answer, sym_query
+from kvhit.proofs.common import FINDERS, SymQuery, spec_answer, sym_query
 from kvhit.proofs.registry import Goal, Theorem
 from kvhit.proofs.witness import witness_for
 
 Shape = tuple[str, bool, int]
 """A group's kind, eagle flag and block size."""
 
-FINDERS: tuple[tuple[str, bool], ...] = (
-    ("full", False),
-    ("sliding_window", False),
-    ("chunked_local", False),
-    ("mamba", False),
-    ("full", True),
-    ("sliding_window", True),
-)
-"""Every finder, (kind, eagle)."""
 
 CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2))
 """(block size, alignment) pairs the lower-bound proof runs at."""
