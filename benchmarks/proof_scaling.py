@@ -4,7 +4,7 @@ For each finder (b=2, A=4) it times the bounded proof (the model's scan unrolled
 N symbolic blocks, z3) at N = 16, 32, 64, 128, and the unbounded proof (loop invariant,
 any number of blocks) once. Prints a table and writes docs/proof-scaling.png.
 
-    /work/venv/bin/python benchmarks/proof_scaling.py [--timeout S] [--bounds 16,32,64,128]
+    python benchmarks/proof_scaling.py [--timeout S] [--bounds 16,32,64,128]
 """
 
 from __future__ import annotations
@@ -43,25 +43,20 @@ def main() -> None:
     )
     args = parser.parse_args()
     bounds = [int(x) for x in args.bounds.split(",")]
-    rows = []
-    for kind, eagle in FINDERS:
-        times = [seconds(bounded_goals(kind, eagle, B, A, n), args.timeout) for n in bounds]
-        rows.append(
-            (
-                finder_label(kind, eagle),
-                times,
-                seconds(unbounded_goals(kind, eagle, B, A), args.timeout),
-            )
-        )
 
     def cell(t: float | None) -> str:
         return f">{args.timeout:.0f}" if t is None else f"{t:.2f}"
 
     header = ["finder (b=2, A=4)", *[f"N={n} s" for n in bounds], "unbounded s"]
     print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for label, times, unbounded in rows:
-        print("| " + " | ".join([label, *map(cell, times), cell(unbounded)]) + " |")
+    print("|" + "---|" * len(header), flush=True)
+    rows = []
+    for kind, eagle in FINDERS:
+        label = finder_label(kind, eagle)
+        times = [seconds(bounded_goals(kind, eagle, B, A, n), args.timeout) for n in bounds]
+        unbounded = seconds(unbounded_goals(kind, eagle, B, A), args.timeout)
+        rows.append((label, times, unbounded))
+        print("| " + " | ".join([label, *map(cell, times), cell(unbounded)]) + " |", flush=True)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, times, _unbounded in rows:
