@@ -14,12 +14,17 @@ than the whole lookup.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 import torch
-from rich.console import Console
-from rich.table import Table
 
-from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, bench_states, best_times
+from kvhit.impl.bench import NUM_TOKENS, BenchState, side_by_side
+
+
+def model_lookup(state: BenchState) -> tuple[Callable[[], int], int]:
+    """The model's plain-Python fixed point on the state, and the hit length it finds."""
+    return state.model_lookup, state.model_lookup()
 
 
 @click.command()
@@ -28,29 +33,7 @@ from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, bench_states, best_times
 def main(repeats: int, tokens: int) -> None:
     """Print the speed table; exit 1 if the two lookups ever disagree."""
     torch.set_num_threads(1)
-    table = Table(title=f"lookup on a {tokens:,}-token prompt, block size {BLOCK_SIZE}")
-    columns = ("groups", "case", "L*", "impl (ms)", "model (ms)", "model / impl")
-    for column in columns + ("impl plan, at arrival (ms)",):
-        table.add_column(column, justify="left" if column in ("groups", "case") else "right")
-    agree = True
-    for with_mamba in (False, True):
-        label = "full + sw128 + sw1024" + (" + mamba" if with_mamba else "")
-        for state in bench_states(tokens, with_mamba):
-            length = state.impl_lookup().length
-            agree &= length == state.model_lookup()
-            runs = (state.impl_lookup, state.model_lookup, state.impl_plan)
-            impl, model, plan = best_times(runs, repeats)
-            table.add_row(
-                label,
-                state.name,
-                f"{length:,}",
-                f"{impl * 1e3:.2f}",
-                f"{model * 1e3:.1f}",
-                f"{model / impl:.0f}x",
-                f"{plan * 1e3:.2f}",
-            )
-    Console(width=150).print(table)
-    if not agree:
+    if not side_by_side("model", model_lookup, tokens, repeats):
         raise SystemExit("the impl and the model disagree on a benchmark state")
 
 

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import click
 import torch
-from rich.console import Console
-from rich.table import Table
 
 from kvhit.adapters.vllm import prepare
-from kvhit.impl.bench import BLOCK_SIZE, NUM_TOKENS, BenchState, bench_states, best_times
+from kvhit.impl.bench import NUM_TOKENS, BenchState, side_by_side
 
 
 def vllm_lookup(state: BenchState):
@@ -40,30 +38,7 @@ def vllm_lookup(state: BenchState):
 def main(repeats: int, tokens: int) -> None:
     """Print the side-by-side table; exit 1 if the two lookups ever disagree."""
     torch.set_num_threads(1)
-    table = Table(title=f"lookup on a {tokens:,}-token prompt, block size {BLOCK_SIZE}")
-    columns = ("groups", "case", "L*", "impl (ms)", "vLLM (ms)", "vLLM / impl")
-    for column in columns + ("impl plan, at arrival (ms)",):
-        table.add_column(column, justify="left" if column in ("groups", "case") else "right")
-    agree = True
-    for with_mamba in (False, True):
-        label = "full + sw128 + sw1024" + (" + mamba" if with_mamba else "")
-        for state in bench_states(tokens, with_mamba):
-            length = state.impl_lookup().length
-            run_vllm, vllm_length = vllm_lookup(state)
-            agree &= length == vllm_length
-            runs = (state.impl_lookup, run_vllm, state.impl_plan)
-            impl, vllm, plan = best_times(runs, repeats)
-            table.add_row(
-                label,
-                state.name,
-                f"{length:,}",
-                f"{impl * 1e3:.2f}",
-                f"{vllm * 1e3:.2f}",
-                f"{vllm / impl:.1f}x",
-                f"{plan * 1e3:.2f}",
-            )
-    Console(width=150).print(table)
-    if not agree:
+    if not side_by_side("vLLM", vllm_lookup, tokens, repeats):
         raise SystemExit("the impl and vLLM disagree on a benchmark state")
 
 

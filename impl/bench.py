@@ -106,3 +106,40 @@ def best_times(runs: Sequence[Callable[[], Any]], repeats: int) -> list[float]:
             run()
             best[i] = min(best[i], time.perf_counter() - started)
     return best
+
+
+Other = Callable[[BenchState], tuple[Callable[[], Any], int]]
+"""Prepares another engine's lookup on a state: (a timed run, the hit length it finds)."""
+
+
+def side_by_side(other_name: str, other: Other, tokens: int, repeats: int) -> bool:
+    """Print the impl's lookup against ``other`` on every benchmark state, in one run;
+    True when the two always find the same hit length."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"lookup on a {tokens:,}-token prompt, block size {BLOCK_SIZE}")
+    columns = ("groups", "case", "L*", "impl (ms)", f"{other_name} (ms)", f"{other_name} / impl")
+    for column in (*columns, "impl plan, at arrival (ms)"):
+        table.add_column(column, justify="left" if column in ("groups", "case") else "right")
+    agree = True
+    for with_mamba in (False, True):
+        label = "full + sw128 + sw1024" + (" + mamba" if with_mamba else "")
+        for state in bench_states(tokens, with_mamba):
+            length = state.impl_lookup().length
+            run_other, other_length = other(state)
+            agree &= length == other_length
+            impl, theirs, plan = best_times(
+                (state.impl_lookup, run_other, state.impl_plan), repeats
+            )
+            table.add_row(
+                label,
+                state.name,
+                f"{length:,}",
+                f"{impl * 1e3:.2f}",
+                f"{theirs * 1e3:.2f}",
+                f"{theirs / impl:.1f}x",
+                f"{plan * 1e3:.2f}",
+            )
+    Console(width=150).print(table)
+    return agree
