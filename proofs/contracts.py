@@ -46,6 +46,7 @@ from kvhit.model.finders import Frame, Scan, find, frame_for, run_scan, scan_for
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, longest_hit, valid, window_span
 from kvhit.proofs.common import FINDERS
+from kvhit.proofs.instantiate import ground
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
@@ -347,7 +348,7 @@ def unbounded_goals(kind: str, eagle: bool, b: int, a: int) -> list[Goal]:
     j = z3.Int(f"{kind}_{eagle}_{b}_{a}_j")
     parts = induction_parts(s, j, "u")
     label = f"{finder_label(kind, eagle)} b={b} A={a}"
-    return [Goal(f"{label}: {name}", [*s.pre, term]) for name, term in parts.items()]
+    return [Goal(f"{label}: {name}", ground([*s.pre, term])) for name, term in parts.items()]
 
 
 def bounded_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[Goal]:
