@@ -121,9 +121,10 @@ def _ground_terms(terms: Sequence[Any]) -> tuple[list[Any], list[Any]]:
 def ground(assertions: Sequence[Any]) -> list[Any]:
     """The goal with every universal quantifier skolemized or instantiated.
 
-    A two-variable hypothesis (the last-miss axiom ``∀e, q``) takes e from the
-    last-miss arguments and q from the whole pool; one-variable hypotheses take
-    the whole pool. Only integer variables are instantiated.
+    A hypothesis that reads a last-miss function (the axioms ``∀e`` and ``∀e, q``)
+    takes e from the last-miss arguments and any further variable from the whole
+    pool; every other hypothesis is instantiated at the witnesses. Only integer
+    variables are instantiated.
     """
     g = _Grounding()
     out = [g.rewrite(a, True) for a in assertions]
