@@ -137,8 +137,9 @@ def ground(assertions: Sequence[Any]) -> list[Any]:
     for placeholder, h in g.hypotheses:
         if any(h.var_sort(i) != z3.IntSort() for i in range(h.num_vars())):
             raise ValueError(f"cannot ground a quantifier over {h.var_sort(0)}: {h}")
-        choices = [arguments] + [pool] * (h.num_vars() - 1)
-        if not _reads_miss_function(h):
+        if _reads_miss_function(h):
+            choices = [arguments] + [pool] * (h.num_vars() - 1)
+        else:
             choices = [g.witnesses] * h.num_vars()
         instances = [
             z3.substitute_vars(h.body(), *reversed(combo)) for combo in itertools.product(*choices)
