@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from kvhit.proofs.contracts import FINDERS, bounded_goals, finder_label, unbounded_goals  # noqa: E402
+from kvhit.proofs.contracts import FINDERS, finder_label, unrolled_goals, ununrolled_goals  # noqa: E402
 from kvhit.proofs.runner import z3_check  # noqa: E402
 
 B, A = 2, 4
@@ -53,8 +53,8 @@ def main() -> None:
     rows = []
     for kind, eagle in FINDERS:
         label = finder_label(kind, eagle)
-        times = [seconds(bounded_goals(kind, eagle, B, A, n), args.timeout) for n in bounds]
-        unbounded = seconds(unbounded_goals(kind, eagle, B, A), args.timeout)
+        times = [seconds(unrolled_goals(kind, eagle, B, A, n), args.timeout) for n in bounds]
+        unbounded = seconds(ununrolled_goals(kind, eagle, B, A), args.timeout)
         rows.append((label, times, unbounded))
         print("| " + " | ".join([label, *map(cell, times), cell(unbounded)]) + " |", flush=True)
 

@@ -18,6 +18,7 @@ MODULES = [
     "kvhit.impl.target",
     "kvhit.impl.bench",
     "kvhit.proofs.impl_formula",
+    "kvhit.proofs.cases",
     "kvhit.proofs.instantiate",
 ]
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kvhit.cli import main
-from kvhit.proofs import command, eagle, registry
+from kvhit.proofs import command, eagle, registry, runner
 from kvhit.proofs.registry import Theorem
 
 MODULES = ["kvhit.proofs.min_groups", "kvhit.proofs.eagle"]
@@ -91,3 +91,19 @@ def test_cross_check_agrees_on_a_proved_theorem() -> None:
     assert run.exit_code == 0, run.output
     (t,) = json.loads(run.stdout)["theorems"]
     assert t["status"] == "proved" and t["cross_check"] == "agree"
+
+
+@pytest.mark.parametrize("answer", ["unknown", "sat", "error"])
+def test_a_goal_cvc5_does_not_prove_fails_the_theorem(
+    monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    monkeypatch.setattr(runner, "cvc5_check", lambda text, timeout: answer)
+    run = prove("--only", "eagle_single_drop", "--bound", "2", "--cross-check", "--json")
+    assert run.exit_code == 1, run.output
+    out = json.loads(run.stdout)
+    (t,) = out["theorems"]
+    assert out["ok"] is False and t["status"] == "proved"
+    assert (
+        t["cross_check"]
+        == f"0 of {len(eagle.single_drop_goals(2))} agree, {len(eagle.single_drop_goals(2))} {answer}"
+    )
