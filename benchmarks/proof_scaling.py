@@ -1,6 +1,6 @@
 """Proof time of the finder contracts against the bound, per finder.
 
-For each finder (b=2, A=4) it times the bounded proof (the model's scan unrolled over
+For each finder (b=2, A=4) it times the unrolled proof (the model's scan unrolled over
 N symbolic blocks, z3) at N = 16, 32, 64, 128, and the unbounded proof (loop invariant,
 any number of blocks) once. Prints a table and writes docs/proof-scaling.png.
 
@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from kvhit.proofs.contracts import FINDERS, finder_label, unrolled_goals, ununrolled_goals  # noqa: E402
+from kvhit.proofs.contracts import FINDERS, finder_label, unrolled_goals, unbounded_goals  # noqa: E402
 from kvhit.proofs.runner import z3_check  # noqa: E402
 
 B, A = 2, 4
@@ -54,7 +54,7 @@ def main() -> None:
     for kind, eagle in FINDERS:
         label = finder_label(kind, eagle)
         times = [seconds(unrolled_goals(kind, eagle, B, A, n), args.timeout) for n in bounds]
-        unbounded = seconds(ununrolled_goals(kind, eagle, B, A), args.timeout)
+        unbounded = seconds(unbounded_goals(kind, eagle, B, A), args.timeout)
         rows.append((label, times, unbounded))
         print("| " + " | ".join([label, *map(cell, times), cell(unbounded)]) + " |", flush=True)
 

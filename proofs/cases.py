@@ -37,8 +37,27 @@ from kvhit.proofs.symbolic import Z3Ops
 Arm = tuple[Any, Any]  # (integer value, guard)
 
 
-_and = Z3Ops(bound=1).and_
-_or = Z3Ops(bound=1).or_
+def _join(connective: Any, terms: Iterable[Any], unit: bool) -> Any:
+    """``connective`` over the distinct terms, Python bools folded: True and … and x is
+    x, and a single term stays itself (so guards stay small and readable)."""
+    distinct: dict[int, Any] = {}
+    for t in terms:
+        if t is (not unit):
+            return not unit
+        if t is not unit:
+            distinct.setdefault(t.get_id(), t)
+    if not distinct:
+        return unit
+    (first, *rest) = distinct.values()
+    return connective(first, *rest) if rest else first
+
+
+def _and(*terms: Any) -> Any:
+    return _join(z3.And, terms, True)
+
+
+def _or(*terms: Any) -> Any:
+    return _join(z3.Or, terms, False)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -195,7 +195,7 @@ THEOREMS = [
         ),
         expected="proved",
         kind="bounded",
-        bound=5,
+        bound=7,
         quick_bound=3,
         build=one_pass_goals(shortcut_orders()),
     ),

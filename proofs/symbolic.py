@@ -58,14 +58,6 @@ def _concrete(*xs: Any) -> bool:
     return all(isinstance(x, (int, bool)) for x in xs)
 
 
-def _join(connective: Any, terms: list[Any], empty: bool) -> Any:
-    """``connective`` of the distinct terms; the term itself when there is one."""
-    distinct = list({t.get_id(): t for t in terms}.values())
-    if not distinct:
-        return empty
-    return distinct[0] if len(distinct) == 1 else connective(*distinct)
-
-
 class Z3Ops(Ops):
     """Operations that build Z3 terms; plain values pass through where they can.
 
@@ -85,12 +77,14 @@ class Z3Ops(Ops):
     def and_(self, *terms: Any) -> Any:
         if any(t is False for t in terms):
             return False
-        return _join(z3.And, [t for t in terms if t is not True], True)
+        rest = [t for t in terms if t is not True]
+        return z3.And(*rest) if rest else True
 
     def or_(self, *terms: Any) -> Any:
         if any(t is True for t in terms):
             return True
-        return _join(z3.Or, [t for t in terms if t is not False], False)
+        rest = [t for t in terms if t is not False]
+        return z3.Or(*rest) if rest else False
 
     def not_(self, term: Any) -> Any:
         return (not term) if isinstance(term, bool) else z3.Not(term)
