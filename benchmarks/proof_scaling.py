@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from kvhit.proofs.contracts import FINDERS, finder_label, unrolled_goals, unbounded_goals  # noqa: E402
+from kvhit.proofs.contracts import FINDERS, finder_label, unbounded_goals, unrolled_goals  # noqa: E402
 from kvhit.proofs.runner import z3_check  # noqa: E402
 
 B, A = 2, 4
