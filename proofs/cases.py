@@ -138,7 +138,7 @@ class Cases:
         return Cases.apply(lambda a, b: a % b, self, o)
 
     def __truediv__(self, o: Any) -> Any:
-        return Cases.apply(lambda a, b: a // b if _plain(a, b) else a / b, self, o)
+        return Cases.apply(_Z3.div, self, o)
 
     def __lt__(self, o: Any) -> Any:
         return Cases.holds(lambda a, b: a < b, self, o)
@@ -169,11 +169,11 @@ class Cases:
         return out
 
 
-def _plain(*xs: Any) -> bool:
-    return all(isinstance(x, (int, bool)) for x in xs)
+_Z3 = Z3Ops(bound=1)
 
 
-def _boolean(x: Any) -> bool:
+def is_boolean(x: Any) -> bool:
+    """Whether x is a truth value (a Python bool or a z3 Boolean term)."""
     return isinstance(x, bool) or (z3.is_expr(x) and z3.is_bool(x))
 
 
@@ -185,7 +185,7 @@ class CaseOps(Z3Ops):
     """
 
     def ite(self, cond: Any, then: Any, other: Any) -> Any:
-        if isinstance(cond, bool) or _boolean(then):
+        if isinstance(cond, bool) or is_boolean(then):
             return super().ite(cond, then, other)
         return Cases.make(
             [

@@ -51,7 +51,7 @@ import z3
 from kvhit.model.finders import Frame, Scan, find, frame_for, run_scan, scan_for
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, longest_hit, valid, window_span
-from kvhit.proofs.cases import CaseOps, Cases
+from kvhit.proofs.cases import CaseOps, Cases, is_boolean
 from kvhit.proofs.common import FINDERS
 from kvhit.proofs.instantiate import ground
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
@@ -329,8 +329,7 @@ def fresh_state(template: tuple[Any, ...], prefix: str) -> tuple[Any, ...]:
     """Fresh z3 constants shaped like a scan's start state."""
     out = []
     for i, x in enumerate(template):
-        boolean = isinstance(x, bool) or (z3.is_expr(x) and z3.is_bool(x))
-        out.append(z3.Bool(f"{prefix}{i}") if boolean else z3.Int(f"{prefix}{i}"))
+        out.append(z3.Bool(f"{prefix}{i}") if is_boolean(x) else z3.Int(f"{prefix}{i}"))
     return tuple(out)
 
 
