@@ -48,7 +48,7 @@ included, must finish in a few minutes on two cores.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,13 +107,18 @@ class Goal:
     """One solver query: assertions that hold exactly on a counterexample to the claim.
 
     ``witness`` reads a counterexample off a model (needed for goals that can be sat);
-    ``minimize`` lists integer terms to minimize, most important first.
+    ``minimize`` lists integer terms to minimize, most important first; ``logic``
+    (an SMT-LIB logic such as ``"QF_AUFLIA"``) gives z3 its solver for that logic,
+    which skips the general solver's preprocessing: much faster on a large
+    quantifier-free goal. ``cvc5_options`` are set on cvc5 when it re-checks the goal.
     """
 
     name: str
     assertions: Sequence[Any]
     witness: Witness | None = None
     minimize: Sequence[Any] = ()
+    logic: str | None = None
+    cvc5_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

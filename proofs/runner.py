@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def z3_check(goal: Goal, timeout: float) -> tuple[str, z3.ModelRef | None]:
         return str(result), opt.model() if result == z3.sat else None
     # Quantifier instantiation depends on the random seed: an unknown gets two more seeds.
     for seed in range(3):
-        s = z3.Solver()
+        s = z3.SolverFor(goal.logic) if goal.logic else z3.Solver()
         s.set("timeout", ms, "random_seed", seed)
         s.add(*goal.assertions)
         result = s.check()
@@ -90,14 +91,19 @@ def z3_check(goal: Goal, timeout: float) -> tuple[str, z3.ModelRef | None]:
     return str(result), s.model() if result == z3.sat else None
 
 
-def cvc5_check(text: str, timeout: float) -> str:
-    """Re-check an SMT-LIB2 script with cvc5 (from PyPI): sat / unsat / unknown."""
+def cvc5_check(text: str, timeout: float, options: Mapping[str, str] | None = None) -> str:
+    """Re-check an SMT-LIB2 script with cvc5 (from PyPI): sat / unsat / unknown.
+
+    ``options`` are extra cvc5 options (name to value)."""
+    options = options or {}
     import cvc5
 
     tm = cvc5.TermManager()
     solver = cvc5.Solver(tm)
     solver.setOption("tlimit-per", str(max(1, int(timeout * 1000))))
     solver.setOption("arrays-exp", "true")
+    for name, value in options.items():
+        solver.setOption(name, value)
     symbols = cvc5.SymbolManager(tm)
     parser = cvc5.InputParser(solver, symbols)
     parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, "goal")
@@ -157,7 +163,7 @@ def _settle(
         result.goals.append(record)
         if status == "unsat":
             if cross_check:
-                record.cvc5 = cvc5_check(text, timeout)
+                record.cvc5 = cvc5_check(text, timeout, goal.cvc5_options)
             continue
         if status == "unknown":
             result.status = "unknown"

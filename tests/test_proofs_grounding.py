@@ -6,7 +6,7 @@ import z3
 
 from kvhit.proofs import contracts
 from kvhit.proofs.instantiate import ground, has_quantifier
-from kvhit.proofs.runner import cvc5_check, smt2
+from kvhit.proofs.runner import cvc5_check, smt2, z3_check
 
 x, y = z3.Ints("x y")
 f = z3.Function("f", z3.IntSort(), z3.IntSort())
@@ -37,3 +37,12 @@ def test_contract_goals_are_quantifier_free_and_cvc5_proves_them() -> None:
     for goal in goals:
         assert not any(has_quantifier(a) for a in goal.assertions), goal.name
         assert cvc5_check(smt2(goal), 30) == "unsat", goal.name
+
+
+def test_unrolled_goals_are_quantifier_free_and_both_solvers_prove_them() -> None:
+    # the unrolled goals are solved with their own z3 logic and cvc5 options
+    for goal in contracts.unrolled_goals("sliding_window", True, 2, 4, 16):
+        assert goal.logic == "QF_AUFLIA" and goal.cvc5_options, goal.name
+        assert not any(has_quantifier(a) for a in goal.assertions), goal.name
+        assert z3_check(goal, 30)[0] == "unsat", goal.name
+        assert cvc5_check(smt2(goal), 30, goal.cvc5_options) == "unsat", goal.name

@@ -97,7 +97,7 @@ def test_cross_check_agrees_on_a_proved_theorem() -> None:
 def test_a_goal_cvc5_does_not_prove_fails_the_theorem(
     monkeypatch: pytest.MonkeyPatch, answer: str
 ) -> None:
-    monkeypatch.setattr(runner, "cvc5_check", lambda text, timeout: answer)
+    monkeypatch.setattr(runner, "cvc5_check", lambda text, timeout, options: answer)
     run = prove("--only", "eagle_single_drop", "--bound", "2", "--cross-check", "--json")
     assert run.exit_code == 1, run.output
     out = json.loads(run.stdout)
