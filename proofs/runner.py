@@ -2,14 +2,18 @@
 
 :func:`run_theorem` gives a :class:`Result` per theorem (see
 :mod:`kvhit.proofs.registry` for what proved / refuted / unknown / error mean).
+cvc5 runs in a second process (:func:`cvc5_pool`), so it re-checks one goal while z3
+works on the next: the two solvers use both cores.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 import traceback
 from collections import Counter
 from collections.abc import Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +125,30 @@ def cvc5_check(text: str, timeout: float, options: Mapping[str, str] | None = No
     return answer
 
 
+_POOL: ProcessPoolExecutor | None = None
+
+
+def cvc5_pool() -> Executor:
+    """The one worker process cvc5 re-checks run in, started on first use (a fresh
+    process, not a fork, since z3 may hold threads)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    return _POOL
+
+
+def _cvc5_answer(future: Future) -> str:
+    """A re-check's answer; "error" if cvc5 crashed its process (then a new one starts)."""
+    global _POOL
+    try:
+        return future.result()
+    except Exception:
+        if _POOL is not None:
+            _POOL.shutdown(wait=False, cancel_futures=True)
+        _POOL = None
+        return "error"
+
+
 def run_theorem(
     theorem: Theorem,
     bound: int | None = None,
@@ -153,6 +181,8 @@ def _settle(
 ) -> None:
     if emit_dir is not None:
         Path(emit_dir).mkdir(parents=True, exist_ok=True)
+    pool = cvc5_pool() if cross_check else None
+    rechecks: list[tuple[GoalResult, Future]] = []
     for number, goal in enumerate(goals):
         text = smt2(goal) if (cross_check or emit_dir is not None) else ""
         if emit_dir is not None:
@@ -162,8 +192,9 @@ def _settle(
         record = GoalResult(goal.name, status, time.perf_counter() - begun)
         result.goals.append(record)
         if status == "unsat":
-            if cross_check:
-                record.cvc5 = cvc5_check(text, timeout, goal.cvc5_options)
+            if pool is not None:
+                job = pool.submit(cvc5_check, text, timeout, dict(goal.cvc5_options))
+                rechecks.append((record, job))
             continue
         if status == "unknown":
             result.status = "unknown"
@@ -185,6 +216,8 @@ def _settle(
                 f"{goal.name}: the solver's counterexample does not break the plain model"
             )
         break
+    for record, job in rechecks:
+        record.cvc5 = _cvc5_answer(job)
     if cross_check:
         _cross_check_summary(result)
 

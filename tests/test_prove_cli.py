@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,7 @@ def test_a_goal_cvc5_does_not_prove_fails_the_theorem(
     monkeypatch: pytest.MonkeyPatch, answer: str
 ) -> None:
     monkeypatch.setattr(runner, "cvc5_check", lambda text, timeout, options: answer)
+    monkeypatch.setattr(runner, "cvc5_pool", lambda: ThreadPoolExecutor(1))  # sees the patch
     run = prove("--only", "eagle_single_drop", "--bound", "2", "--cross-check", "--json")
     assert run.exit_code == 1, run.output
     out = json.loads(run.stdout)
@@ -105,3 +108,11 @@ def test_a_goal_cvc5_does_not_prove_fails_the_theorem(
     goals = len(eagle.single_drop_goals(2))
     assert out["ok"] is False and t["status"] == "proved"
     assert t["cross_check"] == f"0 of {goals} agree, {goals} {answer}"
+
+
+def test_a_cvc5_process_that_dies_counts_as_an_error() -> None:
+    broken = runner.cvc5_pool()
+    died: Future = Future()
+    died.set_exception(BrokenProcessPool("cvc5 crashed"))
+    assert runner._cvc5_answer(died) == "error"
+    assert runner.cvc5_pool() is not broken  # a new worker for the next re-check
