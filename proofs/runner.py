@@ -96,17 +96,16 @@ def z3_check(goal: Goal, timeout: float) -> tuple[str, z3.ModelRef | None]:
 
 
 def cvc5_check(text: str, timeout: float, options: Mapping[str, str] | None = None) -> str:
-    """Re-check an SMT-LIB2 script with cvc5 (from PyPI): sat / unsat / unknown.
-
-    ``options`` are extra cvc5 options (name to value)."""
-    options = options or {}
+    """Re-check an SMT-LIB2 script with cvc5 (from PyPI): sat / unsat / unknown, or
+    error if cvc5 cannot read it. ``options`` are extra cvc5 options (name to value).
+    """
     import cvc5
 
     tm = cvc5.TermManager()
     solver = cvc5.Solver(tm)
     solver.setOption("tlimit-per", str(max(1, int(timeout * 1000))))
     solver.setOption("arrays-exp", "true")
-    for name, value in options.items():
+    for name, value in (options or {}).items():
         solver.setOption(name, value)
     symbols = cvc5.SymbolManager(tm)
     parser = cvc5.InputParser(solver, symbols)
