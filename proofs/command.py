@@ -22,7 +22,7 @@ from rich.table import Table
 from kvhit.cli import BadInput
 from kvhit.draw import draw, judge
 from kvhit.proofs.registry import Theorem, all_theorems
-from kvhit.proofs.runner import Result, run_theorem
+from kvhit.proofs.runner import DEFAULT_TIMEOUT, Result, run_theorem
 
 STATUS_STYLE = {"proved": "green", "refuted": "yellow", "unknown": "red", "error": "red"}
 
@@ -56,7 +56,7 @@ def run_all(
     theorems: list[Theorem],
     bound: int | None = None,
     quick: bool = False,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_TIMEOUT,
     cross_check: bool = False,
     emit_dir: Path | None = None,
 ) -> list[Result]:
@@ -140,7 +140,7 @@ def report(console: Console, results: list[Result], cross_check: bool) -> None:
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
+    default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds per solver query.",
 )

@@ -124,6 +124,11 @@ def cvc5_check(text: str, timeout: float, options: Mapping[str, str] | None = No
     return answer
 
 
+DEFAULT_TIMEOUT = 180.0
+"""Seconds per solver query. The largest default goal (the unrolled sliding-window
+eagle scan at 64 blocks) takes cvc5 about 45 s on a quiet 2-core machine; this
+leaves room for a busy one."""
+
 _POOL: ProcessPoolExecutor | None = None
 
 
@@ -152,7 +157,7 @@ def run_theorem(
     theorem: Theorem,
     bound: int | None = None,
     quick: bool = False,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_TIMEOUT,
     cross_check: bool = False,
     emit_dir: str | Path | None = None,
 ) -> Result:

@@ -32,6 +32,7 @@ def theorem(module, name: str) -> Theorem:
         (fixed_point, "fixed_point_model_code", 3),
         (fixed_point, "many_passes", 6),
         (contracts, "finder_contracts_bounded", 4),
+        (contracts, "finder_contracts_bounded_unit_blocks", 4),
     ],
 )
 def test_theorem_is_proved(module, name: str, bound: int | None) -> None:
