@@ -20,7 +20,7 @@ z3 terms:
   :class:`~kvhit.proofs.cases.Cases` of concrete values, and its ``all_cached``
   reads the row's last-miss table spelled out over the bits (:meth:`MissRow.bounded`),
   so each validity test is one lookup. Its cost grows quickly with N (an
-  equivalence check over every window at once), which is why the bound is small.
+  equivalence check over every window at once): see :data:`UNROLLED_CHECKS`.
 
 The invariants state "no valid L in (x, y]" over the spec's own ``valid``. To keep
 those quantifiers out of the undecidable ∀∃ shape, the unbounded proofs read each
@@ -66,8 +66,8 @@ UNROLLED_CHECKS: tuple[tuple[str, int, int, int], ...] = (
 )
 """(theorem, block size, alignment, default bound) for the unrolled one. Its
 cost grows quickly with the bound, and faster at b=1 A=1, where every block end is a
-candidate: at 64 blocks, about 90 s of z3 and cvc5 (side by side) for (2, 4) and
-4 minutes for (1, 1) on a quiet 2-core machine, so (1, 1) runs at 32 by default."""
+candidate: at 64 blocks, with z3 and cvc5 side by side on a quiet 2-core machine,
+about 100 s for (2, 4) and 220 s for (1, 1), so (1, 1) runs at 32 by default."""
 
 
 def finder_label(kind: str, eagle: bool) -> str:
