@@ -84,13 +84,14 @@ def z3_check(goal: Goal, timeout: float) -> tuple[str, z3.ModelRef | None]:
             opt.minimize(term)
         result = opt.check()
         return str(result), opt.model() if result == z3.sat else None
-    # Quantifier instantiation depends on the random seed: an unknown gets two more seeds.
+    # Quantifier instantiation depends on the random seed: an unknown gets two more
+    # seeds. A timeout does not, so a goal that hangs costs one timeout, not three.
     for seed in range(3):
         s = z3.SolverFor(goal.logic) if goal.logic else z3.Solver()
         s.set("timeout", ms, "random_seed", seed)
         s.add(*goal.assertions)
         result = s.check()
-        if result != z3.unknown:
+        if result != z3.unknown or s.reason_unknown() in ("timeout", "canceled"):
             break
     return str(result), s.model() if result == z3.sat else None
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from kvhit.cli import main
 from kvhit.proofs import command, eagle, registry, runner
-from kvhit.proofs.registry import Theorem
+from kvhit.proofs.registry import Goal, Theorem
 
 MODULES = ["kvhit.proofs.min_groups", "kvhit.proofs.eagle"]
 ALL_REGISTERED = command.registered
@@ -116,3 +116,35 @@ def test_a_cvc5_process_that_dies_counts_as_an_error() -> None:
     died.set_exception(BrokenProcessPool("cvc5 crashed"))
     assert runner._cvc5_answer(died) == "error"
     assert runner.cvc5_pool() is not broken  # a new worker for the next re-check
+
+
+class UnknownSolver:
+    """A solver that answers unknown for the given reason, counting its checks."""
+
+    checks = 0
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def set(self, *options: object) -> None:
+        pass
+
+    def add(self, *assertions: object) -> None:
+        pass
+
+    def check(self) -> object:
+        UnknownSolver.checks += 1
+        return runner.z3.unknown
+
+    def reason_unknown(self) -> str:
+        return self.reason
+
+
+@pytest.mark.parametrize(("reason", "checks"), [("timeout", 1), ("incomplete quantifiers", 3)])
+def test_a_timeout_is_final_but_other_unknowns_get_more_seeds(
+    monkeypatch: pytest.MonkeyPatch, reason: str, checks: int
+) -> None:
+    monkeypatch.setattr(runner.z3, "Solver", lambda: UnknownSolver(reason))
+    monkeypatch.setattr(UnknownSolver, "checks", 0)
+    assert runner.z3_check(Goal("g", []), timeout=1)[0] == "unknown"
+    assert UnknownSolver.checks == checks
