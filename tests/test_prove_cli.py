@@ -119,9 +119,7 @@ def test_a_cvc5_process_that_dies_counts_as_an_error() -> None:
 
 
 class UnknownSolver:
-    """A solver that answers unknown for the given reason, counting its checks."""
-
-    checks = 0
+    """A solver that answers unknown for the given reason."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -133,7 +131,6 @@ class UnknownSolver:
         pass
 
     def check(self) -> object:
-        UnknownSolver.checks += 1
         return runner.z3.unknown
 
     def reason_unknown(self) -> str:
@@ -144,7 +141,7 @@ class UnknownSolver:
 def test_a_timeout_is_final_but_other_unknowns_get_more_seeds(
     monkeypatch: pytest.MonkeyPatch, reason: str, checks: int
 ) -> None:
-    monkeypatch.setattr(runner.z3, "Solver", lambda: UnknownSolver(reason))
-    monkeypatch.setattr(UnknownSolver, "checks", 0)
+    made: list[UnknownSolver] = []
+    monkeypatch.setattr(runner.z3, "Solver", lambda: made.append(UnknownSolver(reason)) or made[-1])
     assert runner.z3_check(Goal("g", []), timeout=1)[0] == "unknown"
-    assert UnknownSolver.checks == checks
+    assert len(made) == checks
