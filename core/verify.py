@@ -7,13 +7,13 @@ facts of DESIGN.md §1 ("the seed example, made exact") from the files in exampl
 
 from __future__ import annotations
 
-import importlib
 import json
 from importlib import resources
 
 from rich.console import Console
 
-from kvhit.cli import check_report, check_text
+from kvhit.check import check_report, check_text
+from kvhit.importing import import_attr
 from kvhit.model.protocol import parse_query
 
 # The facts DESIGN.md §1 states about each example: what min-of-groups says, and L*.
@@ -56,9 +56,7 @@ def run_sections(sections: list[tuple[str, str]], quick: bool) -> bool:
     console = Console(highlight=False, soft_wrap=True)
     results = []
     for name, spec in sections:
-        module, _, attr = spec.partition(":")
-        section = getattr(importlib.import_module(module), attr)
-        results.append((name, section(console, quick)))
+        results.append((name, import_attr(spec)(console, quick)))
     console.rule("summary")
     for name, held in results:
         console.print(f"{name:12} {'[green]ok[/green]' if held else '[red]FAILED[/red]'}")

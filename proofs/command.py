@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvhit.cli import BadInput
 from kvhit.draw import draw, judge
+from kvhit.errors import BadInput
 from kvhit.proofs.registry import Theorem, all_theorems
 from kvhit.proofs.runner import DEFAULT_TIMEOUT, Result, run_theorem
 
