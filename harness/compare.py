@@ -11,7 +11,8 @@ Classes of disagreement, worst first:
     bad_return    not an int or a {"length", "blocks"} dict, or a length that is no
                   candidate (negative, past M, not a multiple of A)
 
-``unsupported`` (the target refused the configuration) is counted, never a disagreement.
+``unsupported`` (the target refused the configuration) is counted, never a disagreement;
+nor is ``rejected`` (a stateful engine whose pool cannot hold a request now).
 
     >>> from kvhit.model.protocol import parse_query
     >>> from kvhit.model.spec import longest_hit
@@ -35,7 +36,7 @@ from kvhit.model.ops import PY
 from kvhit.model.spec import Answer, Query, reused_blocks
 
 CLASSES = ("unsafe", "lost_reuse", "wrong_blocks", "crash", "timeout", "bad_return")
-NOT_DISAGREEMENTS = ("ok", "unsupported")
+NOT_DISAGREEMENTS = ("ok", "unsupported", "rejected")  # rejected: a stateful engine's full pool
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,12 @@ class Coordinator:
         return Query(self.groups, rows, max_length, request.num_tokens, self.alignment).to_json()
 
     def allocate(self, request: Request, hit: CacheHit) -> None:
-        """Give the request its block tables: the hit's blocks, then new ones."""
+        """Give the request its block tables: the hit's blocks, then new ones.
+
+        Every group's hit blocks are taken first: a new block for one group must not
+        evict a free cached block that another group of the same hit reuses."""
+        for blocks in hit.blocks:
+            self.pool.touch(blocks)
         request.tables = [
             m.allocate(blocks, first, request.num_tokens)
             for m, first, blocks in zip(self.managers, hit.first, hit.blocks)
