@@ -162,7 +162,7 @@ def prove(
     cross_check: bool,
     quick: bool,
 ) -> None:
-    """Prove the theorems of DESIGN.md §3 and refute the known-wrong algorithms."""
+    """Prove the theorems of docs/design.md §3 and refute the known-wrong algorithms."""
     theorems = select(registered(), only)
     results = run_all(theorems, bound, quick, timeout, cross_check, emit_dir)
     ok = all(r.ok for r in results)
