@@ -60,6 +60,7 @@ class Engine:
     found: list[Disagreement] = field(default_factory=list)
     saved: list[Path] = field(default_factory=list)
     phase: str = ""
+    interrupted: bool = False  # set by a caller that stopped the run (Ctrl-C)
 
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
         """Run the target on ``q`` and classify its reply; also the raw answer."""
@@ -69,25 +70,42 @@ class Engine:
 
     def check(self, q: Query, best: Answer | None = None) -> Outcome:
         """Check one case; shrink, save and report it if it is a new class."""
-        outcome, _ = self.judge(q, best)
+        outcome, answer = self.judge(q, best)
         self.cases += 1
         self.counts[outcome.cls] += 1
         self.by_phase[self.phase] += 1
         if outcome.disagrees and outcome.cls not in {d.cls for d in self.found}:
-            self.report(q, outcome.cls)
+            self.report(
+                Disagreement(self.target, outcome.cls, q, json_safe(answer), outcome.reason)
+            )
         return outcome
 
-    def report(self, q: Query, cls: str) -> Disagreement:
-        """Shrink ``q`` keeping class ``cls``, save it, then hand it to ``on_found``."""
-        small = shrink(q, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
+    def keep(self, d: Disagreement, replacing: Path | None = None) -> Path | None:
+        """Save ``d`` (when there is an out dir) in place of the file ``replacing``."""
+        if self.out_dir is None:
+            return None
+        path = save(d, self.out_dir)
+        if replacing is not None:
+            self.saved.remove(replacing)
+            if replacing != path:
+                replacing.unlink(missing_ok=True)
+        self.saved.append(path)
+        return path
+
+    def report(self, seen: Disagreement) -> Disagreement:
+        """Save the disagreement as seen, shrink it keeping its class, save the shrunk
+        one in its place, then hand it to ``on_found``. What was seen is on disk before
+        shrinking starts, so a run that is stopped or killed while shrinking keeps it."""
+        first = self.keep(seen)
+        cls = seen.cls
+        small = shrink(seen.query, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
         outcome, answer = self.judge(small)
         if outcome.cls != cls:  # a target that is not deterministic: keep what was seen
-            small, (outcome, answer) = q, self.judge(q)
-        found = Disagreement(self.target, outcome.cls, small, json_safe(answer), outcome.reason)
+            found = seen
+        else:
+            found = Disagreement(self.target, cls, small, json_safe(answer), outcome.reason)
         self.found.append(found)
-        path = save(found, self.out_dir) if self.out_dir is not None else None
-        if path is not None:
-            self.saved.append(path)
+        path = self.keep(found, replacing=first)
         self.on_found(found, path)
         return found
 
