@@ -21,7 +21,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kvhit.cli import BadInput, read_queries
+from kvhit.errors import BadInput, TargetError
 from kvhit.harness import exhaustive
 from kvhit.harness.compare import CLASSES, json_safe, judge_reply
 from kvhit.harness.engine import Engine, Phase, Tally
@@ -31,9 +31,9 @@ from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
 from kvhit.harness.random_cases import CHOICES
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
 from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
+from kvhit.inputs import read_queries
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
-from kvhit.targets import TargetError
 
 DEFAULT_OUT = "kvhit-disagreements"
 FUZZ_SECONDS = 10.0

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvhit.errors import TargetError
 from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.report import Disagreement, save
 from kvhit.harness.runner import label_of, open_target
-from kvhit.targets import TargetError
 
 PLACE = 1 << 40
 """Positions are compared as ``phase * PLACE + number``."""

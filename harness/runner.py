@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvhit import targets
-from kvhit.targets import TargetError, Unsupported
+from kvhit.errors import TargetError, Unsupported
 
 DEFAULT_TIMEOUT = 10.0
 STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
@@ -227,7 +227,7 @@ def open_target(
 ) -> Runner:
     """A runner for ``--target NAME`` or ``--target-cmd CMD`` (exactly one of them).
 
-    Raises :class:`kvhit.targets.TargetError` when the target cannot be loaded.
+    Raises :class:`kvhit.errors.TargetError` when the target cannot be loaded.
     """
     if name is not None and command is None:
         return CallableRunner(load_target(name), timeout)

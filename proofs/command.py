@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvhit.cli import BadInput
 from kvhit.draw import draw, judge
+from kvhit.errors import BadInput
 from kvhit.proofs.registry import Theorem, all_theorems
 from kvhit.proofs.runner import DEFAULT_TIMEOUT, Result, run_theorem
 
@@ -162,7 +162,7 @@ def prove(
     cross_check: bool,
     quick: bool,
 ) -> None:
-    """Prove the theorems of DESIGN.md §3 and refute the known-wrong algorithms."""
+    """Prove the theorems of docs/design.md §3 and refute the known-wrong algorithms."""
     theorems = select(registered(), only)
     results = run_all(theorems, bound, quick, timeout, cross_check, emit_dir)
     ok = all(r.ok for r in results)
