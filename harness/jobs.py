@@ -210,8 +210,10 @@ def ray_messages(campaign: Campaign, jobs: int, address: str) -> Iterator[Progre
     """Run the jobs as Ray tasks on the cluster at ``address`` (``local`` starts one
     on this machine); their messages as they come.
 
-    Each task opens the target on its own node and saves replay files there; the
-    report saves the kept disagreements again on this machine.
+    Each task opens the target on its own node, with this directory on its import
+    path (a ``module:function`` target must be importable there: on a cluster without
+    a shared file system, install it on every node), and saves replay files there;
+    the report saves the kept disagreements again on this machine.
     """
     try:
         import ray
@@ -219,7 +221,12 @@ def ray_messages(campaign: Campaign, jobs: int, address: str) -> Iterator[Progre
     except ImportError:
         raise TargetError("--ray needs Ray: pip install 'kvhit[ray]'") from None
     if not ray.is_initialized():
-        ray.init(address=None if address == "local" else address, log_to_driver=False)
+        ray.init(
+            address=None if address == "local" else address,
+            log_to_driver=False,
+            logging_level="ERROR",
+            runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}},
+        )
     channel = Queue()
 
     @ray.remote
