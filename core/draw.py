@@ -1,4 +1,4 @@
-"""Drawing cache states and explaining answers, for people (DESIGN.md §5).
+"""Drawing cache states and explaining answers, for people (docs/design.md §5.4).
 
 >>> from kvhit.model.protocol import parse_query
 >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,

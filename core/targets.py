@@ -15,26 +15,16 @@ Built-ins are imported only when asked for, so ``vllm`` costs nothing unless use
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
+from kvhit.errors import TargetError
+from kvhit.importing import import_attr
 from kvhit.model.algorithms import fixed_point, min_of_groups
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import answer_at
 
 Target = Callable[[dict[str, Any]], Any]
-
-
-class TargetError(Exception):
-    """A target that cannot be found or loaded."""
-
-
-class Unsupported(Exception):
-    """Raised by a target for a configuration it refuses (an engine's own asserts).
-
-    The harness reports it as the class ``unsupported``, not as a disagreement.
-    """
 
 
 def model_target(query: dict[str, Any]) -> dict[str, Any]:
@@ -64,13 +54,12 @@ INSTALL_HINTS = {
 def load_callable(spec: str) -> Target:
     """Import ``module:function`` and return the function."""
     module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise TargetError(f"target {spec!r}: expected module:function")
     try:
-        module = importlib.import_module(module_name)
+        func = import_attr(spec)
+    except ValueError:
+        raise TargetError(f"target {spec!r}: expected module:function") from None
     except ImportError as err:
         raise TargetError(f"target {spec!r}: cannot import {module_name} ({err})") from None
-    func = getattr(module, attr, None)
     if not callable(func):
         raise TargetError(f"target {spec!r}: {module_name} has no callable {attr!r}")
     return func

@@ -1,4 +1,4 @@
-"""Judging a target's reply against the reference answer L* (DESIGN.md §5).
+"""Judging a target's reply against the reference answer L* (docs/design.md §5.3).
 
 Classes of disagreement, worst first:
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvhit import targets
-from kvhit.targets import TargetError, Unsupported
+from kvhit.errors import TargetError, Unsupported
 
 DEFAULT_TIMEOUT = 10.0
 STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
@@ -217,12 +217,17 @@ def load_target(name: str) -> Callable[[dict[str, Any]], Any]:
         raise TargetError(f"target {name!r}: importing it failed ({reason})") from None
 
 
+def label_of(target: str | None, target_cmd: str | None) -> str:
+    """How reports name the target of ``--target`` or ``--target-cmd``."""
+    return target if target is not None else f"cmd:{target_cmd}"
+
+
 def open_target(
     name: str | None = None, command: str | None = None, timeout: float = DEFAULT_TIMEOUT
 ) -> Runner:
     """A runner for ``--target NAME`` or ``--target-cmd CMD`` (exactly one of them).
 
-    Raises :class:`kvhit.targets.TargetError` when the target cannot be loaded.
+    Raises :class:`kvhit.errors.TargetError` when the target cannot be loaded.
     """
     if name is not None and command is None:
         return CallableRunner(load_target(name), timeout)

@@ -1,4 +1,4 @@
-"""The reference algorithms over all groups (DESIGN.md §2).
+"""The reference algorithms over all groups (docs/design.md §2).
 
 - :func:`fixed_point` — the correct one (vLLM's): start at the longest candidate and
   let every group's finder lower L in turn until a whole pass changes nothing.

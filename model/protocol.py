@@ -1,4 +1,4 @@
-"""The JSON query protocol (DESIGN.md §5): parse, check and normalize queries.
+"""The JSON query protocol (docs/design.md §5.1): parse, check and normalize queries.
 
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2}],
     ...                  "cached": ["110"], "max_length": 5})

@@ -1,4 +1,4 @@
-"""The exact spec of a windowed prefix-cache hit (DESIGN.md §1).
+"""The exact spec of a windowed prefix-cache hit (docs/design.md §1).
 
 A query is a cache state: for each KV cache group, which of its blocks are cached.
 A hit of length L (a multiple of the alignment A, at most M) lets the engine skip
@@ -65,7 +65,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Query:
-    """A cache state and the limits of one lookup (DESIGN.md §1).
+    """A cache state and the limits of one lookup (docs/design.md §1.1).
 
     ``cached[g][j]`` tells whether block j of group g is cached; blocks past the end
     of a row are not. Build one with :func:`kvhit.model.protocol.parse_query` to get

@@ -1,4 +1,4 @@
-"""Theorem 4: full attention is downward closed, and what that buys (DESIGN.md §3).
+"""Theorem 4: full attention is downward closed, and what that buys (docs/design.md §3).
 
 Every claim runs the model's own code on a symbolic query
 (:func:`kvhit.proofs.common.sym_query`): the spec's ``valid``, the full finder

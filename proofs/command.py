@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvhit.cli import BadInput
 from kvhit.draw import draw, judge
+from kvhit.errors import BadInput
 from kvhit.proofs.registry import Status, Theorem, all_theorems
 from kvhit.proofs.runner import DEFAULT_TIMEOUT, Result, run_theorem
 
@@ -181,7 +181,7 @@ def prove(
     cross_check: bool,
     quick: bool,
 ) -> None:
-    """Prove the theorems of DESIGN.md §3 and refute the known-wrong algorithms."""
+    """Prove the theorems of docs/design.md §3 and refute the known-wrong algorithms."""
     if emit_dir is not None:
         writable(emit_dir)
     theorems = select(registered(), only)

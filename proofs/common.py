@@ -145,7 +145,7 @@ def spec_answer(sq: SymQuery) -> Any:
 
 
 class AbstractFinders:
-    """Any finders meeting the contract, lengths in units of A (DESIGN.md §3, theorem 1).
+    """Any finders meeting the contract, lengths in units of A (docs/design.md §3, theorem 1).
 
     ``F(g, m)`` is group g's finder, ``V(g, L)`` its validity. :meth:`contract` are
     the axioms: 0 ≤ F(g, m) ≤ m, V(g, F(g, m)), and no valid L in (F(g, m), m].

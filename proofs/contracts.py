@@ -1,4 +1,4 @@
-"""Theorem 3: every finder meets its contract (DESIGN.md §3).
+"""Theorem 3: every finder meets its contract (docs/design.md §3).
 
 The contract of a finder f for one group, at every m ≥ 0:
 

@@ -1,4 +1,4 @@
-"""Theorem 5: min-of-groups is only ever unsafe, and wrong (DESIGN.md §3).
+"""Theorem 5: min-of-groups is only ever unsafe, and wrong (docs/design.md §3).
 
 Both claims run the model's own :func:`~kvhit.model.algorithms.min_of_groups` on a
 symbolic query (:func:`kvhit.proofs.common.sym_query`) against L*, the spec's ``valid``
@@ -10,7 +10,7 @@ over every candidate (:func:`kvhit.proofs.common.spec_answer`):
   proved. (Each group's hit from the top is at least L*, since L* is valid for it.)
 - ``min_is_longest``: "min == L*", refuted. Goals go from 1 group up, so the first
   counterexample has the fewest groups; within it z3 ``Optimize`` minimizes M, then
-  the cached blocks. What comes out is as small as DESIGN.md §1's case: two groups,
+  the cached blocks. What comes out is as small as docs/design.md §1.5's case: two groups,
   two cached blocks, M = 2.
 
     >>> [goal.name for goal in refutation_goals(4)][:2]

@@ -1,4 +1,4 @@
-"""The theorem registry behind ``kvhit prove`` (DESIGN.md §3).
+"""The theorem registry behind ``kvhit prove`` (docs/design.md §3).
 
 A theorem is a :class:`Theorem`: a name, a one-sentence statement, the status it is
 expected to get (``"proved"``, or ``"refuted"`` for a known-wrong algorithm), whether

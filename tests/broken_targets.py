@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kvhit.harness.corpus import eagle_every_pass
+from kvhit.harness.corpus_solver import eagle_every_pass
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, answer_at, longest_hit, valid, window_span
 from kvhit.targets import model_target

@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 
 from kvhit import targets
-from kvhit.harness import corpus, exhaustive
+from kvhit.harness import corpus, corpus_solver, exhaustive
 from kvhit.harness.command import verify_section
 from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.engine import Engine, Phase
@@ -37,6 +37,7 @@ HERE = Path(__file__).parent
 MODULES = [
     "compare",
     "corpus",
+    "corpus_solver",
     "engine",
     "exhaustive",
     "gate",
@@ -137,23 +138,23 @@ def test_exhaustive_counts_states_and_batches() -> None:
 
 def test_stored_corpus_shows_every_disagreement() -> None:
     entries = corpus.stored()
-    assert {e["wrong"] for e in entries} == set(corpus.KNOWN_WRONG)
+    assert {e["wrong"] for e in entries} == set(corpus_solver.KNOWN_WRONG)
     for entry in entries:
         q = parse_query(entry["query"])
-        assert corpus.KNOWN_WRONG[entry["wrong"]](q) != longest_hit(q).length
+        assert corpus_solver.KNOWN_WRONG[entry["wrong"]](q) != longest_hit(q).length
 
 
 def test_corpus_regenerates() -> None:
     """The first searches of the generator give the stored states (same solver, same
     question), and a pair where no algorithm can go wrong gives nothing."""
-    wanted = list(islice(corpus.solver_configs(), 12))
+    wanted = list(islice(corpus_solver.solver_configs(), 12))
     regenerated = []
     for algorithm, groups, max_length in wanted:
-        q = corpus.solve_state(groups, max_length, algorithm)
+        q = corpus_solver.solve_state(groups, max_length, algorithm)
         if q is not None:
             regenerated.append({"wrong": algorithm, "query": q.to_json()})
     assert regenerated and regenerated == corpus.stored()[: len(regenerated)]
-    assert corpus.solve_state((Group("full", 1),) * 2, 4, "min_of_groups") is None
+    assert corpus_solver.solve_state((Group("full", 1),) * 2, 4, "min_of_groups") is None
 
 
 def test_eagle_spiral_loses_reuse_the_model_keeps() -> None:
@@ -165,7 +166,7 @@ def test_eagle_spiral_loses_reuse_the_model_keeps() -> None:
         }
     )
     assert fixed_point(q) == longest_hit(q).length == 3
-    assert corpus.eagle_every_pass(q) == 0
+    assert corpus_solver.eagle_every_pass(q) == 0
 
 
 def test_boundary_states_cover_every_kind() -> None:
