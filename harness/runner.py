@@ -300,6 +300,11 @@ def load_target(name: str) -> Callable[[dict[str, Any]], Any]:
         raise TargetError(f"target {name!r}: importing it failed ({reason})") from None
 
 
+def label_of(target: str | None, target_cmd: str | None) -> str:
+    """How reports name the target of ``--target`` or ``--target-cmd``."""
+    return target if target is not None else f"cmd:{target_cmd}"
+
+
 def open_target(
     name: str | None = None,
     command: str | None = None,

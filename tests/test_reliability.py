@@ -204,7 +204,8 @@ def test_a_program_crash_keeps_its_last_stderr_lines(tmp_path: Path) -> None:
 # Item: Ctrl-C.
 
 
-def test_ctrl_c_ends_a_fuzz_run_with_its_summary(tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_ends_a_fuzz_run_with_its_summary(jobs: str, tmp_path: Path) -> None:
     """Interrupted once it has saved a counterexample: the summary says what was checked
     and where the counterexample is, and the exit code is 130."""
     proc = subprocess.Popen(
