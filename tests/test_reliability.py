@@ -220,6 +220,8 @@ def test_ctrl_c_ends_a_fuzz_run_with_its_summary(jobs: str, tmp_path: Path) -> N
             "600",
             "--out",
             "found",
+            "--jobs",
+            jobs,
         ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
