@@ -168,7 +168,15 @@ class Coordinator:
         return Query(self.groups, rows, max_length, request.num_tokens, self.alignment).to_json()
 
     def allocate(self, request: Request, hit: CacheHit) -> None:
-        """Give the request its block tables: the hit's blocks, then new ones."""
+        """Give the request its block tables: the hit's blocks, then new ones.
+
+        Every group's hit blocks are taken before any group's new blocks: a new block
+        comes from the free queue, which also holds the cached blocks nobody runs on,
+        and taking one of another group's hit blocks there would overwrite what that
+        group is about to reuse.
+        """
+        for blocks in hit.blocks:
+            self.pool.touch(blocks)
         request.tables = [
             m.allocate(blocks, first, request.num_tokens)
             for m, first, blocks in zip(self.managers, hit.first, hit.blocks)

@@ -165,3 +165,29 @@ def test_keys_kept_are_those_of_cached_prefixes_and_ids_are_reused() -> None:
             assert {i: hasher.holds[i] for i in live} == {i: holders[i] for i in live}
             reused += hasher.bound - 1 < len(seen[b])
     assert reused > 0
+
+
+def test_no_group_takes_a_block_another_group_is_about_to_reuse() -> None:
+    # Prompts off shared roots through a pool that is always full: the hit blocks of
+    # the sliding-window group sit in the free queue when the full group takes its
+    # new blocks.
+    groups = [Group("full", 16), Group("sliding_window", 16, window=64)]
+    rng = random.Random(0)
+    roots = [[rng.randrange(50_000) for _ in range(512)] for _ in range(8)]
+    coord = Coordinator(groups, 256)
+    for _ in range(60):
+        tokens = rng.choice(roots)[: rng.randrange(448)]
+        tokens += [rng.randrange(50_000) for _ in range(rng.randint(64, 128))]
+        request = coord.request(tokens)
+        hit = coord.find_longest_cache_hit(request, request.num_tokens - 1)
+        coord.allocate(request, hit)
+        held = [b for table in request.tables for b in table if b != NULL_BLOCK]
+        assert len(held) == len(set(held)), "a block is in two groups' tables"
+        for g, (first, blocks) in enumerate(zip(hit.first, hit.blocks)):
+            hashes = request.hashes[g].tolist()
+            assert [coord.pool.key[b] for b in blocks] == [
+                (g, hashes[j]) for j in range(first, first + len(blocks))
+            ]
+        coord.cache_full_blocks(request)
+        coord.drop_skipped(request)
+        coord.free(request)
