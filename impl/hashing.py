@@ -5,12 +5,13 @@ the whole token prefixes up to their ends are equal. Keys are interned: a key ge
 small integer, its *hash id*. Equal ids mean equal prefixes, with no collision to
 resolve, and the ids fit in an int64 tensor for vectorized membership.
 
-An id is held while something needs its key: a running request whose prefix it is
-(:meth:`BlockHasher.hashes` takes the hold, :meth:`BlockHasher.release` drops it), a
-cached block holding it (:meth:`BlockHasher.hold`, :meth:`BlockHasher.drop`, called
-by the pool), or a child key whose parent it is. An id nothing holds is forgotten and
-handed out again, so the table holds the keys of the prefixes the cache and the
-running requests hold, not every prefix ever seen.
+An id is held while something needs its key: a running request whose last block it
+is (:meth:`BlockHasher.hashes` takes the hold, :meth:`BlockHasher.release` drops it),
+a cached block holding it (:meth:`BlockHasher.hold`, :meth:`BlockHasher.drop`, called
+by the pool), or a child key whose parent it is. So one hold keeps a whole prefix
+chain. An id nothing holds is forgotten and handed out again: the table holds the
+keys of the prefixes the cache and the running requests hold, not every prefix ever
+seen.
 
     >>> hasher = BlockHasher(block_size=2)
     >>> first = hasher.hashes([7, 7, 7, 7, 5])
@@ -23,7 +24,8 @@ running requests hold, not every prefix ever seen.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Sequence
 
 import torch
 
@@ -50,17 +52,19 @@ class BlockHasher:
 
     def hashes(self, tokens: Sequence[int]) -> torch.Tensor:
         """The hash id of every full block of ``tokens`` (a partial last block has
-        none), each held once until :meth:`release`."""
-        b = self.block_size
-        out = []
+        none), held until :meth:`release`."""
+        out = array("q")
         parent = ROOT
-        for start in range(0, len(tokens) - b + 1, b):
-            key = (parent, tuple(tokens[start : start + b]))
-            found = self.ids.get(key)
+        find = self.ids.get
+        for block in zip(*[iter(tokens)] * self.block_size):  # the full blocks, as tuples
+            key = (parent, block)
+            found = find(key)
             parent = self.intern(key) if found is None else found
-            self.holds[parent] += 1
             out.append(parent)
-        return torch.tensor(out, dtype=torch.int64)
+        self.hold(parent)
+        return (
+            torch.frombuffer(out, dtype=torch.int64) if out else torch.zeros(0, dtype=torch.int64)
+        )
 
     def intern(self, key: Key) -> int:
         """A fresh id for ``key``; the key holds its parent."""
@@ -94,8 +98,7 @@ class BlockHasher:
             self.spare.append(hash_id)
             hash_id = key[0]
 
-    def release(self, hash_ids: Iterable[int] | torch.Tensor) -> None:
-        """Drop a request's holds (the ids :meth:`hashes` gave it), last block first."""
-        ids = hash_ids.tolist() if isinstance(hash_ids, torch.Tensor) else list(hash_ids)
-        for hash_id in reversed(ids):
-            self.drop(hash_id)
+    def release(self, hash_ids: torch.Tensor) -> None:
+        """Drop the hold a request took on its hashes (what :meth:`hashes` gave it)."""
+        if hash_ids.numel():
+            self.drop(int(hash_ids[-1]))
