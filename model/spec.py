@@ -164,6 +164,17 @@ def needed_range(g: Group, length: int) -> tuple[int, int]:
     return lo, hi + 1 if g.eagle else hi
 
 
+def touched_blocks(q: Query, g: Group) -> int:
+    """How many blocks of group g a hit of at most M can need: those up to the longest
+    candidate, and for an eagle group the next one."""
+    return q.top // g.block_size + int(g.eagle)
+
+
+def past_request(g: Group, length: int, num_tokens: int) -> bool:
+    """Whether an eagle group's dropped block (tokens L … L+b-1) lies past the request."""
+    return g.eagle and length > 0 and length + g.block_size > num_tokens
+
+
 def needed_blocks(g: Group, length: int) -> list[int]:
     """The blocks that must be cached for the hit: the reused ones, and for an eagle
     group also block n, which is matched and then dropped."""
@@ -309,5 +320,5 @@ def misses(q: Query, length: int) -> list[Miss]:
         if valid(g, row, length, q.num_tokens):
             continue
         missing = missing_runs(row, *needed_range(g, length)) if length else ()
-        out.append(Miss(i, missing, past_request=g.eagle and length + g.block_size > q.num_tokens))
+        out.append(Miss(i, missing, past_request(g, length, q.num_tokens)))
     return out
