@@ -53,9 +53,9 @@ from vllm.v1.kv_cache_interface import (
     SlidingWindowSpec,
 )
 
+from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
-from kvhit.targets import Unsupported
 
 kv_cache_utils.init_none_hash(sha256)
 

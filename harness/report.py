@@ -29,7 +29,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from kvhit.draw import draw, judge
-from kvhit.model.protocol import QueryError, parse_query
+from kvhit.model.protocol import decode_json, parse_query
 from kvhit.model.spec import Query, longest_hit
 
 FORMAT = "kvhit-disagreement/1"
@@ -101,10 +101,7 @@ def save(d: Disagreement, out_dir: Path) -> Path:
 def load_disagreement(text: str) -> tuple[Query, str | None]:
     """The query of a saved disagreement (or of a plain protocol query) and its saved
     class (None for a plain query); :class:`QueryError` naming the problem."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise QueryError("file", f"not valid JSON ({err.msg} at line {err.lineno})") from None
+    obj = decode_json(text, "file")
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         return parse_query(obj.get("query")), obj.get("class")
     return parse_query(obj), None
