@@ -23,12 +23,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness import exhaustive
-from kvhit.harness.compare import CLASSES, json_safe, judge_reply
+from kvhit.harness.compare import CLASSES, ReplyClass, json_safe, judge_reply
 from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
 from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
-from kvhit.harness.random_cases import CHOICES
+from kvhit.harness.random_cases import CHOICES, Choice, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
 from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
 from kvhit.inputs import read_queries, read_text
@@ -138,7 +138,7 @@ def counts_text(engine: Engine | Tally) -> str:
 
 def text_of(counts: Counter[str]) -> str:
     """Counts by class, e.g. ``ok 120  unsafe 3``."""
-    order = ["ok", *CLASSES, "unsupported"]
+    order = [ReplyClass.OK, *CLASSES, ReplyClass.UNSUPPORTED]
     return "  ".join(f"{cls} {counts[cls]}" for cls in order if counts[cls])
 
 
@@ -214,17 +214,16 @@ def finish(engine: Tally, seconds: float, as_json: bool, console: Console, flag:
     sys.exit(130 if engine.interrupted else 1 if engine.disagreements else 0)
 
 
-def check_kinds(kinds: str | None) -> tuple[str, ...]:
-    """``--kinds full,mamba,eagle`` as a tuple; BadInput naming an unknown kind."""
+def check_kinds(kinds: str | None) -> tuple[Choice, ...]:
+    """``--kinds full,mamba,eagle`` as choices; BadInput naming an unknown kind."""
     if kinds is None:
         return CHOICES
-    picked = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    unknown = [k for k in picked if k not in CHOICES]
-    if unknown or not picked:
-        raise BadInput(
-            f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; "
-            f"choose from {', '.join(CHOICES)}"
-        )
+    try:
+        picked = choices(k.strip() for k in kinds.split(",") if k.strip())
+    except ValueError as err:
+        raise BadInput(f"--kinds: {err}") from None
+    if not picked:
+        raise BadInput(f"--kinds: no kind given; choose from {', '.join(CHOICES)}")
     return picked
 
 
@@ -313,6 +312,7 @@ def fuzz(
     if seconds is None and cases is None and scope_file is None:
         seconds = FUZZ_SECONDS
     phases: Callable[[], list[Phase]]
+    total: int | None
     if scope_file is not None:
         scopes = every_state_scopes(scope_file)
         states = sum(scope.states for _, scope in scopes)

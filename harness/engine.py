@@ -10,7 +10,7 @@ disagreement of each class is shrunk (keeping its class), saved, then reported t
     >>> engine = Engine(open_target("seed-min"), "seed-min")
     >>> engine.run(Phase("random", ((q, None) for q in random_queries(1, 300))))
     True
-    >>> [d.cls for d in engine.found], len(engine.found[0].query.groups)
+    >>> [str(d.cls) for d in engine.found], len(engine.found[0].query.groups)
     (['unsafe'], 2)
 """
 

@@ -141,7 +141,7 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
     """One tally of all jobs: counts added, and per class the disagreement met first in
     case order; the other jobs' replay files of that class are removed."""
     total = Tally(label)
-    seen = []
+    seen: list[tuple[tuple[int, int], Disagreement, Path | None]] = []
     for tally in tallies:
         total.cases += tally.cases
         total.counts.update(tally.counts)

@@ -29,6 +29,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from kvhit.draw import draw, judge
+from kvhit.harness.compare import ReplyClass
 from kvhit.model.protocol import decode_json, parse_query
 from kvhit.model.spec import Query, longest_hit
 
@@ -72,13 +73,13 @@ class Disagreement:
         answer = self.target_answer
         # Blocks are only drawn when they passed the protocol's checks.
         blocks = answer.get("blocks") if isinstance(answer, dict) else None
-        marked = blocks if self.cls != "bad_return" else None
-        said = answer.get("length") if isinstance(answer, dict) else answer
-        if self.cls in ("unsafe", "lost_reuse"):
+        marked = blocks if self.cls != ReplyClass.BAD_RETURN else None
+        said: Any = answer.get("length") if isinstance(answer, dict) else answer
+        if self.cls in (ReplyClass.UNSAFE, ReplyClass.LOST_REUSE):
             line = judge(self.query, "target", said)
-        elif self.cls == "wrong_blocks":
+        elif self.cls == ReplyClass.WRONG_BLOCKS:
             line = f"target answered {said} (wrong blocks): {self.reason}"
-        elif self.cls == "bad_return":
+        elif self.cls == ReplyClass.BAD_RETURN:
             line = f"target returned {json.dumps(answer)[:80]} (bad return): {self.reason}"
         else:
             line = f"target {self.cls}: {self.reason}"

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kvhit import targets
 from kvhit.errors import TargetError, Unsupported
@@ -44,6 +44,9 @@ WORKER_STARTUP = 120.0  # a worker imports kvhit and the target before it is rea
 STDERR_LINES = 8  # how much of a program's stderr a crash keeps
 
 
+Status = Literal["answer", "crash", "timeout", "unsupported", "bad_return"]
+
+
 @dataclass(frozen=True)
 class Reply:
     """What one call gave back.
@@ -52,7 +55,7 @@ class Reply:
     ``timeout``, ``unsupported`` or ``bad_return``; ``detail`` says more for a person.
     """
 
-    status: str
+    status: Status
     value: Any = None
     detail: str = ""
 

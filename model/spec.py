@@ -24,40 +24,63 @@ drafter recomputes it), and the request must hold that whole block: L + b ≤ T.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from math import lcm
 from typing import Any
 
 from kvhit.model.ops import PY, Ops
 
-KINDS = ("full", "sliding_window", "chunked_local", "mamba")
-EAGLE_KINDS = ("full", "sliding_window")
+
+class Kind(StrEnum):
+    """The attention kind of a KV cache group (docs/design.md §1.1). A member equals
+    its name as a string, so protocol objects compare and print as before.
+
+    >>> Kind("sliding_window") is Kind.SLIDING_WINDOW, f"{Kind.MAMBA}"
+    (True, 'mamba')
+    """
+
+    FULL = "full"
+    SLIDING_WINDOW = "sliding_window"
+    CHUNKED_LOCAL = "chunked_local"
+    MAMBA = "mamba"
+
+
+KINDS = tuple(Kind)
+EAGLE_KINDS = (Kind.FULL, Kind.SLIDING_WINDOW)
 
 
 @dataclass(frozen=True)
 class Group:
     """One KV cache group: its attention kind, block size and kind parameters.
 
-    Fields may hold symbolic integers when the proof suite runs the model.
+    Fields may hold symbolic integers when the proof suite runs the model. ``kind``
+    may be given as a string; a string that names no kind is a ValueError.
     """
 
-    kind: str
+    kind: str  # a Kind (a string naming one is converted)
     block_size: Any
     window: Any = None
     chunk: Any = None
     eagle: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))
+
     def describe(self) -> str:
         """A short label such as ``sliding_window w=2 b=1``."""
-        params = {"sliding_window": f" w={self.window}", "chunked_local": f" c={self.chunk}"}
+        params: dict[str, str] = {
+            Kind.SLIDING_WINDOW: f" w={self.window}",
+            Kind.CHUNKED_LOCAL: f" c={self.chunk}",
+        }
         eagle = " eagle" if self.eagle else ""
         return f"{self.kind}{params.get(self.kind, '')} b={self.block_size}{eagle}"
 
     def to_json(self) -> dict[str, Any]:
         """The group as a normalized protocol object."""
         out: dict[str, Any] = {"kind": self.kind, "block_size": self.block_size}
-        if self.kind == "sliding_window":
+        if self.kind == Kind.SLIDING_WINDOW:
             out["window"] = self.window
-        if self.kind == "chunked_local":
+        if self.kind == Kind.CHUNKED_LOCAL:
             out["chunk"] = self.chunk
         out["eagle"] = self.eagle
         return out
@@ -114,14 +137,14 @@ def window_span(g: Group, ops: Ops = PY) -> Any:
 def reused_range(g: Group, length: Any, ops: Ops = PY) -> tuple[Any, Any]:
     """The blocks ``[lo, hi)`` group g reuses at a hit of ``length`` > 0 tokens."""
     n = ops.div(length, g.block_size)
-    if g.kind == "full":
+    if g.kind == Kind.FULL:
         return 0, n
-    if g.kind == "sliding_window":
+    if g.kind == Kind.SLIDING_WINDOW:
         return ops.max(0, n - window_span(g, ops)), n
-    if g.kind == "chunked_local":
+    if g.kind == Kind.CHUNKED_LOCAL:
         chunk_start = ops.div(length, g.chunk) * g.chunk
         return ops.div(chunk_start, g.block_size), n
-    if g.kind == "mamba":
+    if g.kind == Kind.MAMBA:
         return n - 1, n
     raise ValueError(f"unknown kind {g.kind!r}")
 
@@ -201,7 +224,7 @@ def reach(g: Group, row: Any) -> int | None:
     blocks = last_cached(row)
     if g.eagle:
         return max(0, blocks - 1) * g.block_size
-    if g.kind == "chunked_local" or (g.kind == "sliding_window" and window_span(g) == 0):
+    if g.kind == Kind.CHUNKED_LOCAL or (g.kind == Kind.SLIDING_WINDOW and window_span(g) == 0):
         return None
     return blocks * g.block_size
 
@@ -230,7 +253,7 @@ def reduced(q: Query) -> tuple[Query, int]:
     reaches = [r for r in map(reach, q.groups, q.cached) if r is not None]
     if reaches:
         return replace(q, max_length=min(q.max_length, *reaches)), 0
-    period = lcm(q.alignment, *(g.chunk for g in q.groups if g.kind == "chunked_local"))
+    period = lcm(q.alignment, *(g.chunk for g in q.groups if g.kind == Kind.CHUNKED_LOCAL))
     rows_end = max(last_cached(row) * g.block_size for g, row in zip(q.groups, q.cached))
     first = (rows_end // period + 1) * period  # the first multiple of P past every row
     shift = max(0, (q.max_length - first) // period * period)
