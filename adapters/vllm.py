@@ -6,7 +6,7 @@ its block pool exactly the queried blocks as cached (under the chained block has
 vLLM computes for a request of ``num_tokens`` tokens), and asks
 ``find_longest_cache_hit``. Nothing of vLLM is copied here; only its API is called.
 
-How the protocol maps onto vLLM (DESIGN.md §1 against vLLM 0.34):
+How the protocol maps onto vLLM (docs/design.md §1 against vLLM 0.34):
 
 - ``alignment`` A is vLLM's ``scheduler_block_size``; the hash block size is the gcd
   of the block sizes (vLLM's own choice for several groups), so it divides each.
@@ -53,9 +53,9 @@ from vllm.v1.kv_cache_interface import (
     SlidingWindowSpec,
 )
 
+from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
-from kvhit.targets import Unsupported
 
 kv_cache_utils.init_none_hash(sha256)
 

@@ -1,4 +1,4 @@
-"""Theorem 3: every finder meets its contract (DESIGN.md §3).
+"""Theorem 3: every finder meets its contract (docs/design.md §3).
 
 The contract of a finder f for one group, at every m ≥ 0:
 
@@ -339,44 +339,40 @@ def fresh_state(template: tuple[Any, ...], prefix: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Any]:
-    """The three obligations (each a formula that holds on a counterexample) at index j.
+Part = tuple[list[Any], Any]
+"""An obligation: its assumptions and the negation of its claim."""
 
-    ``init`` ignores j; ``exit`` too. ``step`` at j steps from the visited region
-    ending (up) or starting (down) at j.
-    """
+
+def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Part]:
+    """The three obligations at index j: ``init`` and ``exit`` ignore j; ``step``
+    steps from the visited region ending (up) or starting (down) at j."""
     inv = INVARIANTS[s.kind]
     scan = s.scan
     state = fresh_state(scan.start, f"{tag}_s")
     bit = s.ops.bit
     if scan.direction == "up":
-        init = z3.Not(inv(s, scan.start, 0))
-        step = z3.And(
-            inv(s, state, j),
-            0 <= j,
-            j < scan.limit,
-            z3.Not(inv(s, scan.step(state, j, bit(s.row, j)), j + 1)),
-        )
-        exit_ = z3.And(inv(s, state, scan.limit), z3.Not(s.contract(scan.finish(state))))
+        first, last, inside = 0, scan.limit, [0 <= j, j < scan.limit]
+        index, after = j, j + 1
     else:
-        init = z3.Not(inv(s, scan.start, scan.limit))
-        step = z3.And(
-            inv(s, state, j),
-            0 < j,
-            j <= scan.limit,
-            z3.Not(inv(s, scan.step(state, j - 1, bit(s.row, j - 1)), j - 1)),
-        )
-        exit_ = z3.And(inv(s, state, 0), z3.Not(s.contract(scan.finish(state))))
-    return {"init": init, "step": step, "exit": exit_}
+        first, last, inside = scan.limit, 0, [0 < j, j <= scan.limit]
+        index, after = j - 1, j - 1
+    stepped = scan.step(state, index, bit(s.row, index))
+    return {
+        "init": ([], z3.Not(inv(s, scan.start, first))),
+        "step": ([inv(s, state, j), *inside], z3.Not(inv(s, stepped, after))),
+        "exit": ([inv(s, state, last)], z3.Not(s.contract(scan.finish(state)))),
+    }
 
 
 def unbounded_goals(kind: str, eagle: bool, b: int, a: int) -> list[Goal]:
     """Start, step and exit of the loop invariant, over rows of any length."""
     s = make_setting(kind, eagle, b, a, None)
     j = z3.Int(f"{kind}_{eagle}_{b}_{a}_j")
-    parts = induction_parts(s, j, "u")
     label = f"{finder_label(kind, eagle)} b={b} A={a}"
-    return [Goal(f"{label}: {name}", ground([*s.pre, term])) for name, term in parts.items()]
+    return [
+        Goal(f"{label}: {name}", [*s.pre, *assumed], negation, prepare=ground)
+        for name, (assumed, negation) in induction_parts(s, j, "u").items()
+    ]
 
 
 def unrolled_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[Goal]:
@@ -386,7 +382,8 @@ def unrolled_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[G
     return [
         Goal(
             f"{finder_label(kind, eagle)} b={b} A={a}: unrolled",
-            [*s.pre, z3.Not(s.contract(hit))],
+            s.pre,
+            z3.Not(s.contract(hit)),
             witness=contract_witness(s, bound),
             logic="QF_AUFLIA",
             # cvc5's default decision order (justification) takes minutes on these
@@ -452,6 +449,9 @@ THEOREMS = [
         expected="proved",
         kind="unbounded",
         build=lambda bound: _all(unbounded_goals, CONFIGS),
+        rests_on="model code: each finder's Scan (start, step, finish)",
+        scope="any row length, window, chunk, m, T; b/A "
+        + " ".join(f"{b}/{a}" for b, a in CONFIGS),
     ),
     *(
         Theorem(
@@ -466,6 +466,8 @@ THEOREMS = [
             bound=bound,
             quick_bound=12,
             build=lambda n, b=b, a=a: _all(unrolled_goals, ((b, a),), n),
+            rests_on="model code: each finder's whole scan, unrolled",
+            scope=f"rows of N blocks; b/A {b}/{a}",
         )
         for name, b, a, bound in UNROLLED_CHECKS
     ),

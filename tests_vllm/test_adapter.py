@@ -11,6 +11,7 @@ from vllm.v1.core.kv_cache_utils import resolve_block_hashes
 from kvhit import targets
 from kvhit.adapters import vllm as vllm_adapter
 from kvhit.adapters.vllm import build_coordinator, lookup, mark_cached, request_hashes
+from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import longest_hit
 
@@ -78,7 +79,7 @@ def test_cached_bits_past_the_requests_whole_blocks_are_ignored():
 def test_configurations_vllm_refuses_are_unsupported(query):
     q = parse_query(query)
     assert refused(q)
-    with pytest.raises(targets.Unsupported):
+    with pytest.raises(Unsupported):
         lookup(q)
 
 

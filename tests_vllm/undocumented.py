@@ -13,8 +13,8 @@ from typing import Any
 from divergences import documented
 
 from kvhit.adapters.vllm import vllm_target
+from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.targets import Unsupported
 
 
 def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
