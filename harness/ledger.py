@@ -92,9 +92,9 @@ class Ledger:
         for g, (group, table) in enumerate(zip(groups, admitted.tables)):
             b = group.block_size
             for j in range(admitted.length // b, len(table)):
-                if table[j] is not None:
-                    prefix = tokens[: (j + 1) * b]
-                    self.blocks[table[j]] = Content(g, prefix, request, op)
+                block = table[j]
+                if block is not None:
+                    self.blocks[block] = Content(g, tokens[: (j + 1) * b], request, op)
 
 
 def describe(held: Content | None, group: int) -> str:

@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvhit.draw import draw
-from kvhit.harness.compare import BadReturn, Outcome, decode_answer, json_safe, judge_reply
+from kvhit.harness.compare import (
+    BadReturn,
+    Outcome,
+    ReplyClass,
+    decode_answer,
+    json_safe,
+    judge_reply,
+)
 from kvhit.harness.ledger import Ledger, tokens_text
 from kvhit.harness.runner import Reply, Runner
 from kvhit.harness.stateful_protocol import (
@@ -63,7 +70,7 @@ class Step:
 
 def failed(reply: Reply, what: str) -> Outcome:
     """The outcome of a call that gave no answer."""
-    return Outcome(reply.status, reason=f"{what}: {reply.detail}")
+    return Outcome(ReplyClass(reply.status), reason=f"{what}: {reply.detail}")
 
 
 @dataclass
@@ -79,7 +86,7 @@ class ProgramRun:
     def start(self) -> Outcome:
         """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...)."""
         reply = self.runner({"op": "create", **self.program.config()})
-        return Outcome("ok") if reply.status == "answer" else failed(reply, "create")
+        return Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "create")
 
     def run(self, op: Op) -> Step:
         """Run one operation and judge it."""
@@ -90,10 +97,12 @@ class ProgramRun:
     def finish(self, op: Finish) -> Step:
         """Finish a running request (a request that is not running is skipped)."""
         if op.request not in self.running:
-            return Step(op, Outcome("ok"))
+            return Step(op, Outcome(ReplyClass.OK))
         self.running.discard(op.request)
         reply = self.runner(op.to_json())
-        return Step(op, Outcome("ok") if reply.status == "answer" else failed(reply, "finish"))
+        return Step(
+            op, Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "finish")
+        )
 
     def snapshot(self, op: Admit) -> Query | Outcome:
         """The engine's own view of the request's blocks, as a protocol query."""
@@ -104,7 +113,7 @@ class ProgramRun:
         try:
             rows = decode_snapshot(reply.value, len(groups))
         except BadReturn as err:
-            return Outcome("bad_return", reason=str(err))
+            return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
         t = len(op.tokens)
         return Query(groups, rows, t - 1, t, self.program.alignment)
 
@@ -122,9 +131,11 @@ class ProgramRun:
             if admitted is not None:
                 decode_answer(q, self.listed(admitted))
         except BadReturn as err:
-            return Step(op, Outcome("bad_return", reason=str(err)), q, answer)
+            return Step(op, Outcome(ReplyClass.BAD_RETURN, reason=str(err)), q, answer)
         if admitted is None:
-            return Step(op, Outcome("rejected", reason=str(reply.value["rejected"])), q, answer)
+            return Step(
+                op, Outcome(ReplyClass.REJECTED, reason=str(reply.value["rejected"])), q, answer
+            )
         self.running.add(op.request)
         outcome = self.judge(q, op, admitted)
         self.ledger.record(q.groups, op.tokens, admitted, op.request, len(self.steps) + 1)
@@ -139,11 +150,11 @@ class ProgramRun:
         """Ledger first (a stale block is the worst finding), then the snapshot."""
         stale = self.ledger.problem(q.groups, op.tokens, admitted)
         if stale:
-            return Outcome("unsafe", admitted.length, stale)
+            return Outcome(ReplyClass.UNSAFE, admitted.length, stale)
         outcome = judge_reply(q, Reply("answer", self.listed(admitted)), longest_hit(q))
         if outcome.disagrees or admitted.outputs_match is not False:
             return outcome
-        return Outcome("unsafe", admitted.length, "served outputs differ from scratch")
+        return Outcome(ReplyClass.UNSAFE, admitted.length, "served outputs differ from scratch")
 
 
 def run_program(runner: Runner, program: Program) -> list[Step]:
@@ -245,4 +256,3 @@ def disagreement_of(target: str, program: Program, steps: list[Step]) -> Program
     ops = tuple(s.op for s in steps if s.op is not None)
     cut = Program(program.groups, program.num_blocks, program.alignment, ops)
     return ProgramDisagreement(target, cut, tuple(steps))
-

@@ -17,8 +17,8 @@ options give the same programs.
 
     >>> from kvhit.harness.stateful_protocol import open_stateful
     >>> campaign = Campaign(open_stateful("impl"), "impl", steps=6)
-    >>> campaign.run(programs=4).disagreements, campaign.programs >= 4, campaign.ops > 4
-    (0, True, True)
+    >>> campaign.run(programs=4).disagreements, campaign.programs, campaign.ops > 4
+    (0, 4, True)
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from math import lcm
 from pathlib import Path
+from typing import cast
 
 from hypothesis import HealthCheck, Verbosity, assume, seed, settings
 from hypothesis import Phase as HypothesisPhase
@@ -79,7 +80,9 @@ def tokens(min_size: int, max_size: int) -> st.SearchStrategy[tuple[int, ...]]:
 
 
 @st.composite
-def prompts(draw: st.DrawFn, earlier: Sequence[tuple[int, ...]], max_tokens: int) -> tuple[int, ...]:
+def prompts(
+    draw: st.DrawFn, earlier: Sequence[tuple[int, ...]], max_tokens: int
+) -> tuple[int, ...]:
     """A new prompt, or a repeat, a branch (cut anywhere, then new tokens) or an
     extension of an earlier one; at most ``max_tokens`` tokens."""
     how = draw(st.sampled_from(("new", "repeat", "branch", "extend"))) if earlier else "new"
@@ -96,9 +99,9 @@ class Found(AssertionError):
     """A program's operation disagreed (raised to make Hypothesis shrink it)."""
 
 
-class ShrinkingTimeUp(BaseException):
-    """The time for shrinking is spent: stop Hypothesis and keep the shortest program
-    seen (a BaseException, so nothing on the way swallows it)."""
+class Stop(BaseException):
+    """The campaign's budget, or the time for shrinking, is spent: stop Hypothesis and
+    keep the shortest program seen (a BaseException, so nothing on the way swallows it)."""
 
 
 @dataclass
@@ -131,6 +134,19 @@ class Campaign:
     hunting: str | None = None  # the class being shrunk; None while generating
     best: ProgramDisagreement | None = None
     shrink_deadline: float = 0.0
+    end: float | None = None  # the campaign's deadline (time.monotonic)
+    most: int | None = None  # the most programs
+    stopped: bool = False  # Stop was raised in this batch
+
+    def stop(self) -> None:
+        """Stop this batch's Hypothesis run (see :class:`Stop`)."""
+        self.stopped = True
+        raise Stop
+
+    def spent(self) -> bool:
+        """Whether the campaign's time or program budget is spent."""
+        late = self.end is not None and time.monotonic() >= self.end
+        return late or (self.most is not None and self.programs >= self.most)
 
     @property
     def disagreements(self) -> int:
@@ -141,7 +157,7 @@ class Campaign:
         """Count an operation (while generating); fail the program if it disagrees in
         a class not found yet (or, while shrinking, in the class being shrunk)."""
         if self.hunting is not None and time.monotonic() > self.shrink_deadline:
-            raise ShrinkingTimeUp
+            self.stop()
         if self.hunting is None:
             self.ops += step.op is not None
             self.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
@@ -161,21 +177,22 @@ class Campaign:
         """Run batches of programs until ``seconds`` pass or ``programs`` ran (at least
         one batch when neither is given), stopping at the first disagreement when
         ``stop_at_first``."""
-        deadline = None if seconds is None else time.monotonic() + seconds
+        self.end = None if seconds is None else time.monotonic() + seconds
+        self.most = programs
         for batch in range(1 << 30):
-            left = None if programs is None else programs - self.programs
-            if (left is not None and left <= 0) or (deadline and time.monotonic() >= deadline):
+            if self.spent():
                 break
-            self.run_batch(batch, BATCH if left is None else min(BATCH, left))
+            self.run_batch(batch, BATCH)
             if (self.found and self.stop_at_first) or (seconds is None and programs is None):
                 break
         return self
 
     def run_batch(self, batch: int, count: int) -> None:
         """One Hypothesis run of ``count`` programs; report what it found, shrunk."""
-        self.hunting, self.best = None, None
+        self.hunting, self.best, self.stopped = None, None, False
         machine = type("Machine", (ProgramMachine,), {"campaign": self})
-        factory = seed(self.seed * 1_000_003 + batch)(lambda: machine())
+        # a seeded factory, so the same campaign seed gives the same programs
+        factory = cast(type[ProgramMachine], seed(self.seed * 1_000_003 + batch)(machine))
         config = settings(
             max_examples=count,
             stateful_step_count=self.steps,
@@ -190,10 +207,11 @@ class Campaign:
         try:
             with with_reporter(lambda message: None):
                 run_state_machine_as_test(factory, settings=config)
-        except (Found, Unsatisfiable, ShrinkingTimeUp):
+        except (Found, Unsatisfiable, Stop):
             pass
-        except Exception:  # a target that does not repeat itself: keep what was seen
-            if self.best is None:
+        except Exception:  # Hypothesis seeing a run cut short by Stop as flaky, or a
+            # target that does not repeat itself: keep what was seen
+            if self.best is None and not self.stopped:
                 raise
         if self.best is not None:
             self.report(self.best)
@@ -228,6 +246,8 @@ class ProgramMachine(RuleBasedStateMachine):
     def create(self, data: st.DataObject) -> None:
         """Create the engine (an engine that refuses the configuration is skipped)."""
         c = self.campaign
+        if c.hunting is None and c.spent():
+            c.stop()
         program = data.draw(engines(c.kinds, c.max_tokens, c.block_sizes), label="engine")
         self.run = ProgramRun(c.runner, program)
         started = self.run.start()

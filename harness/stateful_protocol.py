@@ -136,7 +136,9 @@ class Program:
         ops = obj.get("ops", [])
         if not isinstance(ops, list):
             raise QueryError("ops", "must be a list of operations")
-        return Program(groups, num_blocks, alignment, tuple(parse_op(o, i) for i, o in enumerate(ops)))
+        return Program(
+            groups, num_blocks, alignment, tuple(parse_op(o, i) for i, o in enumerate(ops))
+        )
 
 
 def parse_op(obj: Any, index: int) -> Op:
@@ -208,14 +210,18 @@ def decode_admitted(value: Any, num_groups: int) -> Admitted | None:
         if stray:
             raise BadReturn(f"group {i} reuses block {min(stray)}, which is not in its table")
     outputs_match = value.get("outputs_match")
-    return Admitted(length, reused, tables, outputs_match if isinstance(outputs_match, bool) else None)
+    return Admitted(
+        length, reused, tables, outputs_match if isinstance(outputs_match, bool) else None
+    )
 
 
 def decode_snapshot(value: Any, num_groups: int) -> tuple[tuple[bool, ...], ...]:
     """A ``snapshot`` answer's rows; :class:`BadReturn` if malformed."""
     rows = value.get("cached") if isinstance(value, dict) else value
     if not isinstance(rows, list) or len(rows) != num_groups:
-        raise BadReturn(f"snapshot must answer {{'cached': [one row per group]}}, got {shown(value)}")
+        raise BadReturn(
+            f"snapshot must answer {{'cached': [one row per group]}}, got {shown(value)}"
+        )
     try:
         return tuple(parse_row(r, f"cached[{i}]") for i, r in enumerate(rows))
     except QueryError as err:
@@ -251,8 +257,7 @@ def load_factory(name: str) -> Callable[[dict[str, Any]], Any]:
     spec = BUILTINS.get(name, name)
     if ":" not in spec:
         raise TargetError(
-            f"unknown stateful target {name!r}; built-in: {', '.join(BUILTINS)}, "
-            "or module:factory"
+            f"unknown stateful target {name!r}; built-in: {', '.join(BUILTINS)}, or module:factory"
         )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
