@@ -22,7 +22,7 @@ class, as for stateless targets; ``rejected`` (the pool cannot hold the request)
     ...     "num_blocks": 8, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
     ...                              {"op": "admit", "request": 1, "tokens": [1, 2, 4]}]})
     >>> steps = run_program(open_stateful("impl"), program)
-    >>> [(s.outcome.cls, s.outcome.length) for s in steps]
+    >>> [(str(s.outcome.cls), s.outcome.length) for s in steps]
     [('ok', 0), ('ok', 2)]
 """
 

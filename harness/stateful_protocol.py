@@ -44,7 +44,6 @@ request now; the engine must then be unchanged. ``finish`` frees the request's b
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -55,7 +54,7 @@ from kvhit.errors import TargetError
 from kvhit.harness.compare import BadReturn, shown
 from kvhit.harness.runner import DEFAULT_TIMEOUT, CallableRunner, CommandRunner, Runner
 from kvhit.importing import import_attr
-from kvhit.model.protocol import QueryError, parse_group, parse_row
+from kvhit.model.protocol import QueryError, decode_json, parse_group, parse_row
 from kvhit.model.spec import Group, default_alignment
 
 FORMAT = "kvhit-stateful/1"
@@ -288,10 +287,7 @@ def open_stateful(
 def load_program_file(text: str) -> tuple[Program, dict[str, Any]]:
     """A saved stateful disagreement (or a plain program) and its record ({} for a
     plain program); :class:`QueryError` naming the problem."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise QueryError("file", f"not valid JSON ({err.msg} at line {err.lineno})") from None
+    obj = decode_json(text, "file")
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         return Program.from_json(obj.get("program")), obj
     return Program.from_json(obj), {}
@@ -300,7 +296,7 @@ def load_program_file(text: str) -> tuple[Program, dict[str, Any]]:
 def is_program_file(text: str) -> bool:
     """Whether ``text`` is a saved stateful disagreement or a plain program (has ``ops``)."""
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError:
-        return False
+        obj = decode_json(text, "file")
+    except QueryError:
+        return False  # the stateless loader says what is wrong with it
     return isinstance(obj, dict) and (obj.get("format") == FORMAT or "ops" in obj)
