@@ -189,6 +189,6 @@ THEOREMS = [
         build=build,
         tags=("impl",),
         rests_on="impl code: lookup_plan, stack, Plan.holds; reduction restated",
-        scope="every M < T; 4 sets of 3 groups",
+        scope="N blocks per group, every M < T; 4 sets of 3 groups",
     ),
 ]
