@@ -14,23 +14,24 @@ from typing import Any
 
 from kvhit.draw import draw, explain, judge, verdict
 from kvhit.errors import BadInput
-from kvhit.model.algorithms import brute_force, fixed_point, min_of_groups, per_group
-from kvhit.model.spec import Query, answer_at
+from kvhit.model.spec import Query, longest_hit
+from kvhit.reference import finder_results, fixed_point_answer
 
 
 def check_report(q: Query) -> dict[str, Any]:
     """Everything ``kvhit check`` says about one query, as JSON-ready data."""
-    best = answer_at(q, brute_force(q))
-    min_length = min_of_groups(q)
+    best = longest_hit(q)
+    per_group = finder_results(q)
+    min_length = min(per_group)
     return {
         "query": q.to_json(),
         "length": best.length,
         "blocks": [list(b) for b in best.blocks],
-        "fixed_point": fixed_point(q),
+        "fixed_point": fixed_point_answer(q).length,
         "brute_force": best.length,
         "min_of_groups": min_length,
         "min_of_groups_verdict": verdict(min_length, best.length),
-        "per_group": per_group(q),
+        "per_group": per_group,
     }
 
 

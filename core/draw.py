@@ -61,6 +61,13 @@ def draw(
     return "\n".join(lines)
 
 
+def run_text(run: range) -> str:
+    """A run of blocks as people write it: ``3``, ``3, 4`` or ``3 … 9``."""
+    if len(run) <= 2:
+        return ", ".join(map(str, run))
+    return f"{run.start} … {run.stop - 1}"
+
+
 def explain(q: Query, length: int) -> str:
     """Why a hit of ``length`` is invalid (which group needs which block), or that it is valid."""
     found = misses(q, length)
@@ -69,8 +76,9 @@ def explain(q: Query, length: int) -> str:
     parts = []
     for miss in found:
         if miss.missing:
-            noun = "block" if len(miss.missing) == 1 else "blocks"
-            listed = ", ".join(map(str, miss.missing))
+            count = sum(len(run) for run in miss.missing)
+            noun = "block" if count == 1 else "blocks"
+            listed = ", ".join(map(run_text, miss.missing))
             parts.append(f"group {miss.group} needs {noun} {listed} at L={length}, not cached")
         if miss.past_request:
             parts.append(

@@ -4,7 +4,7 @@ naming the file (and the query, in a file of JSON lines).
     >>> import tempfile, os
     >>> with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
     ...     _ = f.write(b"\\xff\\xfe garbage")
-    >>> read_queries(f.name)
+    >>> read_queries(f.name)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     kvhit.errors.BadInput: ...: not UTF-8 text (invalid start byte at byte 0)

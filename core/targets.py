@@ -20,23 +20,20 @@ from typing import Any
 
 from kvhit.errors import TargetError
 from kvhit.importing import import_attr
-from kvhit.model.algorithms import fixed_point, min_of_groups
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import answer_at
+from kvhit.reference import fixed_point_answer, min_of_groups_answer
 
 Target = Callable[[dict[str, Any]], Any]
 
 
 def model_target(query: dict[str, Any]) -> dict[str, Any]:
     """The reference: the fixed point, with the blocks the spec reuses there."""
-    q = parse_query(query)
-    return answer_at(q, fixed_point(q)).to_json()
+    return fixed_point_answer(parse_query(query)).to_json()
 
 
 def seed_min_target(query: dict[str, Any]) -> dict[str, Any]:
     """The rejected PR: the min of the per-group hits (known wrong, only ever unsafe)."""
-    q = parse_query(query)
-    return answer_at(q, min_of_groups(q)).to_json()
+    return min_of_groups_answer(parse_query(query)).to_json()
 
 
 BUILTINS: dict[str, str] = {

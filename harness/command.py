@@ -23,15 +23,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness import exhaustive
-from kvhit.harness.compare import CLASSES, json_safe, judge_reply
+from kvhit.harness.compare import CLASSES, ReplyClass, json_safe, judge_reply
 from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
 from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
-from kvhit.harness.random_cases import CHOICES
+from kvhit.harness.random_cases import CHOICES, Choice, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
 from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
-from kvhit.inputs import read_queries
+from kvhit.inputs import read_queries, read_text
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
 
@@ -52,6 +52,12 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 default=DEFAULT_TIMEOUT,
                 show_default=True,
                 help="Per-call limit in seconds.",
+            ),
+            click.option(
+                "--isolate",
+                is_flag=True,
+                help="Run a --target in a worker process, so a target that crashes the "
+                "interpreter (native code, os._exit) is a crash, not the end of the run.",
             ),
         ]
     ):
@@ -109,10 +115,12 @@ def target_flag(target: str | None, target_cmd: str | None) -> str:
 
 
 @contextmanager
-def opened(target: str | None, target_cmd: str | None, timeout: float) -> Iterator[Runner]:
+def opened(
+    target: str | None, target_cmd: str | None, timeout: float, isolate: bool = False
+) -> Iterator[Runner]:
     """The target's runner, closed afterwards; BadInput if it cannot be loaded."""
     try:
-        runner = open_target(target, target_cmd, timeout)
+        runner = open_target(target, target_cmd, timeout, isolate)
     except TargetError as err:
         raise BadInput(str(err)) from None
     try:
@@ -130,7 +138,7 @@ def counts_text(engine: Engine | Tally) -> str:
 
 def text_of(counts: Counter[str]) -> str:
     """Counts by class, e.g. ``ok 120  unsafe 3``."""
-    order = ["ok", *CLASSES, "unsupported"]
+    order = [ReplyClass.OK, *CLASSES, ReplyClass.UNSUPPORTED]
     return "  ".join(f"{cls} {counts[cls]}" for cls in order if counts[cls])
 
 
@@ -144,6 +152,7 @@ def summary(engine: Tally, seconds: float) -> dict[str, Any]:
         "phases": dict(engine.by_phase),
         "disagreements": [d.to_json() for d in engine.found],
         "files": [str(path) for path in engine.files],
+        "interrupted": engine.interrupted,
     }
 
 
@@ -187,33 +196,34 @@ def run_with_progress(
 
 
 def finish(engine: Tally, seconds: float, as_json: bool, console: Console, flag: str) -> None:
-    """Print the summary (or the JSON report) and exit 1 if anything disagreed;
-    ``flag`` names the target in the replay hint."""
+    """Print the summary (or the JSON report) and exit 1 if anything disagreed, 130 if
+    Ctrl-C stopped the run; ``flag`` names the target in the replay hint."""
     if as_json:
         click.echo(json.dumps(summary(engine, seconds)))
     else:
+        stopped = "interrupted after " if engine.interrupted else ""
         console.print(
-            f"{engine.target}: {engine.cases} cases in {seconds:.1f} s: {counts_text(engine)}"
+            f"{engine.target}: {stopped}{engine.cases} cases in {seconds:.1f} s: "
+            f"{counts_text(engine)}"
         )
-        if engine.found:
+        if engine.files:
             files = " ".join(map(str, engine.files))
             console.print(f"replay with: kvhit replay {files} {flag}")
         else:
             console.print("no disagreement found")
-    sys.exit(1 if engine.disagreements else 0)
+    sys.exit(130 if engine.interrupted else 1 if engine.disagreements else 0)
 
 
-def check_kinds(kinds: str | None) -> tuple[str, ...]:
-    """``--kinds full,mamba,eagle`` as a tuple; BadInput naming an unknown kind."""
+def check_kinds(kinds: str | None) -> tuple[Choice, ...]:
+    """``--kinds full,mamba,eagle`` as choices; BadInput naming an unknown kind."""
     if kinds is None:
         return CHOICES
-    picked = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    unknown = [k for k in picked if k not in CHOICES]
-    if unknown or not picked:
-        raise BadInput(
-            f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; "
-            f"choose from {', '.join(CHOICES)}"
-        )
+    try:
+        picked = choices(k.strip() for k in kinds.split(",") if k.strip())
+    except ValueError as err:
+        raise BadInput(f"--kinds: {err}") from None
+    if not picked:
+        raise BadInput(f"--kinds: no kind given; choose from {', '.join(CHOICES)}")
     return picked
 
 
@@ -281,6 +291,7 @@ def fuzz(
     target: str | None,
     target_cmd: str | None,
     timeout: float,
+    isolate: bool,
     seconds: float | None,
     cases: int | None,
     seed: int,
@@ -301,6 +312,7 @@ def fuzz(
     if seconds is None and cases is None and scope_file is None:
         seconds = FUZZ_SECONDS
     phases: Callable[[], list[Phase]]
+    total: int | None
     if scope_file is not None:
         scopes = every_state_scopes(scope_file)
         states = sum(scope.states for _, scope in scopes)
@@ -310,7 +322,7 @@ def fuzz(
         phases = functools.partial(random_phases, seed, max_blocks, picked, seconds, cases)
         total = cases
     console = reporting_console(as_json)
-    campaign = Campaign(target, target_cmd, timeout, phases, Path(out))
+    campaign = Campaign(target, target_cmd, timeout, phases, Path(out), isolate=isolate)
     tally, took = run_with_progress(campaign, jobs, ray_address, console, total=total)
     finish(tally, took, as_json, console, target_flag(target, target_cmd))
 
@@ -324,6 +336,7 @@ def gate(
     target: str | None,
     target_cmd: str | None,
     timeout: float,
+    isolate: bool,
     seconds: float | None,
     cases: int | None,
     seed: int,
@@ -339,7 +352,9 @@ def gate(
     console = reporting_console(as_json)
     budget = DEFAULT_SECONDS if seconds is None else seconds
     phases = functools.partial(gate_phases, budget, seed, cases=cases)
-    campaign = Campaign(target, target_cmd, timeout, phases, Path(out), not keep_going)
+    campaign = Campaign(
+        target, target_cmd, timeout, phases, Path(out), not keep_going, isolate=isolate
+    )
     tally, took = run_with_progress(campaign, jobs, ray_address, console)
     if junit:
         Path(junit).write_text(junit_xml(tally.target, tally.cases, took, tally.found))
@@ -356,29 +371,31 @@ def replay(
     target: str | None,
     target_cmd: str | None,
     timeout: float,
+    isolate: bool,
     as_json: bool,
 ) -> None:
     """Rerun saved disagreements (or plain queries) against a target."""
     loaded = []
     for name in files:
         try:
-            loaded.append((name, *load_disagreement(Path(name).read_text(encoding="utf-8"))))
-        except (QueryError, UnicodeDecodeError) as err:
+            loaded.append((name, *load_disagreement(read_text(name))))
+        except QueryError as err:
             raise BadInput(f"{name}: {err}") from None
     label = label_of(target, target_cmd)
     failed = 0
-    with opened(target, target_cmd, timeout) as runner:
+    with opened(target, target_cmd, timeout, isolate) as runner:
         for name, q, saved in loaded:
             reply = runner(q.to_json())
             outcome = judge_reply(q, reply, longest_hit(q))
             failed += outcome.disagrees
             d = Disagreement(label, outcome.cls, q, json_safe(reply.value), outcome.reason)
+            was = f" (saved as {saved})" if saved else ""
             if as_json:
                 click.echo(json.dumps({"file": name, "saved_class": saved, **d.to_json()}))
             elif outcome.disagrees:
-                click.echo(f"{name}: still {outcome.cls} (saved as {saved})\n{d.render()}")
+                click.echo(f"{name}: still {outcome.cls}{was}\n{d.render()}")
             else:
-                click.echo(f"{name}: {outcome.cls} now (saved as {saved}), L* = {outcome.length}")
+                click.echo(f"{name}: {outcome.cls} now{was}, L* = {outcome.length}")
     sys.exit(1 if failed else 0)
 
 

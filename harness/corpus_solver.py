@@ -87,7 +87,7 @@ def solve_state(groups: tuple[Group, ...], max_length: int, algorithm: str) -> Q
     from L*, using as few cached blocks as the solver finds first; None if there is none."""
     alignment = default_alignment(groups)
     blocks = [max_length // g.block_size + 1 for g in groups]
-    rows = tuple(SymRow.fresh(f"row{i}", n) for i, n in enumerate(blocks))
+    rows: Any = tuple(SymRow.fresh(f"row{i}", n) for i, n in enumerate(blocks))
     q = Query(groups, rows, max_length, max_length + 1, alignment)
     ops = Z3Ops(bound=max(blocks))
     solver = z3.Solver()

@@ -10,7 +10,7 @@ disagreement of each class is shrunk (keeping its class), saved, then reported t
     >>> engine = Engine(open_target("seed-min"), "seed-min")
     >>> engine.run(Phase("random", ((q, None) for q in random_queries(1, 300))))
     True
-    >>> [d.cls for d in engine.found], len(engine.found[0].query.groups)
+    >>> [str(d.cls) for d in engine.found], len(engine.found[0].query.groups)
     (['unsafe'], 2)
 """
 
@@ -70,6 +70,7 @@ class Tally:
     found: list[Disagreement] = field(default_factory=list)
     found_at: list[tuple[int, int]] = field(default_factory=list)
     saved: list[Path | None] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C stopped the run before its end
 
     @property
     def disagreements(self) -> int:
@@ -115,25 +116,38 @@ class Engine:
 
     def check(self, q: Query, best: Answer | None = None) -> Outcome:
         """Check one case; shrink, save and report it if it is a new class."""
-        outcome, _ = self.judge(q, best)
+        outcome, answer = self.judge(q, best)
         self.cases += 1
         self.counts[outcome.cls] += 1
         self.by_phase[self.phase] += 1
         if outcome.disagrees and outcome.cls not in {d.cls for d in self.found}:
             self.found_at.append(self.position)
-            self.report(q, outcome.cls)
+            self.report(
+                Disagreement(self.target, outcome.cls, q, json_safe(answer), outcome.reason)
+            )
         return outcome
 
-    def report(self, q: Query, cls: str) -> Disagreement:
-        """Shrink ``q`` keeping class ``cls``, save it, then hand it to ``on_found``."""
-        small = shrink(q, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
+    def keep(self, d: Disagreement) -> Path | None:
+        """Save ``d`` into the out dir (when there is one); the path."""
+        return save(d, self.out_dir) if self.out_dir is not None else None
+
+    def report(self, seen: Disagreement) -> Disagreement:
+        """Save the disagreement as seen, shrink it keeping its class, save the shrunk
+        one in its place, then hand it to ``on_found``. What was seen is on disk (and
+        in :attr:`found`) before shrinking starts, so a run stopped while shrinking
+        keeps it."""
+        self.found.append(seen)
+        self.saved.append(first := self.keep(seen))
+        cls = seen.cls
+        small = shrink(seen.query, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
         outcome, answer = self.judge(small)
-        if outcome.cls != cls:  # a target that is not deterministic: keep what was seen
-            small, (outcome, answer) = q, self.judge(q)
-        found = Disagreement(self.target, outcome.cls, small, json_safe(answer), outcome.reason)
-        self.found.append(found)
-        path = save(found, self.out_dir) if self.out_dir is not None else None
-        self.saved.append(path)
+        found = seen  # kept when the target is not deterministic
+        if outcome.cls == cls:
+            found = Disagreement(self.target, cls, small, json_safe(answer), outcome.reason)
+        path = self.keep(found)
+        if first is not None and first != path:
+            first.unlink(missing_ok=True)
+        self.found[-1], self.saved[-1] = found, path
         self.on_found(found, path)
         return found
 

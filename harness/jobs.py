@@ -29,6 +29,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from kvhit.harness.runner import label_of, open_target
 PLACE = 1 << 40
 """Positions are compared as ``phase * PLACE + number``."""
 NEVER = 1 << 62
+INTERRUPTED = -1
+"""The stop place the parent sets on Ctrl-C: every local job stops at its next case."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Campaign:
     out: Path | None = None
     stop_at_first: bool = False
     shrink_seconds: float = 10.0
+    isolate: bool = False
 
     @property
     def label(self) -> str:
@@ -93,7 +97,7 @@ def run_job(campaign: Campaign, job: int, jobs: int, send: Send, stop: Any = Non
     ``stop`` (a shared ``multiprocessing.Value``, or None) holds the place of the
     earliest disagreement any job has found, when ``campaign.stop_at_first``.
     """
-    runner = open_target(campaign.target, campaign.target_cmd, campaign.timeout)
+    runner = open_target(campaign.target, campaign.target_cmd, campaign.timeout, campaign.isolate)
     last = [0]
 
     def tick(engine: Engine) -> None:
@@ -119,24 +123,30 @@ def run_job(campaign: Campaign, job: int, jobs: int, send: Send, stop: Any = Non
         stop_at_first=campaign.stop_at_first,
         shrink_seconds=campaign.shrink_seconds,
     )
+    interrupted = False
     try:
         for phase in campaign.phases():
             if not engine.run(phase.share(job, jobs)):
                 break
+    except KeyboardInterrupt:  # Ctrl-C in a one-job run: report what was checked
+        interrupted = True
     finally:
         runner.close()
-    return engine.tally()
+    tally = engine.tally()
+    tally.interrupted = interrupted or (stop is not None and stop.value == INTERRUPTED)
+    return tally
 
 
 def merge(label: str, tallies: list[Tally]) -> Tally:
     """One tally of all jobs: counts added, and per class the disagreement met first in
     case order; the other jobs' replay files of that class are removed."""
     total = Tally(label)
-    seen = []
+    seen: list[tuple[tuple[int, int], Disagreement, Path | None]] = []
     for tally in tallies:
         total.cases += tally.cases
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
+        total.interrupted |= tally.interrupted
         seen += zip(tally.found_at, tally.found, tally.saved)
     first: dict[str, tuple[tuple[int, int], Disagreement, Path | None]] = {}
     for at, d, path in sorted(seen, key=lambda s: s[0]):
@@ -152,7 +162,10 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
 
 
 def local_job(campaign: Campaign, job: int, jobs: int, channel: Any, stop: Any) -> None:
-    """A child process's body: run the job, send its tally (or why it could not run)."""
+    """A child process's body: run the job, send its tally (or why it could not run).
+
+    Ctrl-C is the parent's: it tells the jobs to stop through ``stop``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         tally = run_job(campaign, job, jobs, channel.put, stop)
     except Exception as err:  # sent to the parent, which reports it
@@ -190,6 +203,9 @@ def local_messages(campaign: Campaign, jobs: int) -> Iterator[Progress]:
         while len(finished) < jobs:
             try:
                 message = channel.get(timeout=0.5)
+            except KeyboardInterrupt:
+                stop.value = INTERRUPTED  # each job stops at its next case and reports
+                continue
             except queue.Empty:
                 dead = [j for j, p in enumerate(procs) if j not in finished and not p.is_alive()]
                 if dead:

@@ -13,15 +13,52 @@ of the alignment, and rows that are mostly cached with a few holes.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from enum import StrEnum
 from itertools import count as forever
 from math import lcm
 from typing import Any
 
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import EAGLE_KINDS, KINDS, Query
+from kvhit.model.spec import EAGLE_KINDS, KINDS, Kind, Query
 
-CHOICES = (*KINDS, "eagle")
+
+class Choice(StrEnum):
+    """What a generator may draw: a kind, or ``eagle`` (eagle flags allowed)."""
+
+    FULL = "full"
+    SLIDING_WINDOW = "sliding_window"
+    CHUNKED_LOCAL = "chunked_local"
+    MAMBA = "mamba"
+    EAGLE = "eagle"
+
+
+CHOICES = tuple(Choice)
+
+
+def choices(names: Iterable[str]) -> tuple[Choice, ...]:
+    """``names`` as choices; ValueError naming the first that is none.
+
+    >>> choices(["mamba", "eagle"])
+    (<Choice.MAMBA: 'mamba'>, <Choice.EAGLE: 'eagle'>)
+    >>> choices(["slidingwindow"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown kind 'slidingwindow'; choose from full, sliding_window, chunked_local, mamba, eagle
+    """
+    out = []
+    for name in names:
+        if name not in CHOICES:
+            raise ValueError(f"unknown kind {name!r}; choose from {', '.join(CHOICES)}")
+        out.append(Choice(name))
+    return tuple(out)
+
+
+def kinds_of(picked: Sequence[Choice]) -> list[Kind]:
+    """The kinds among the choices (full when only ``eagle`` is picked)."""
+    return [Kind(k) for k in picked if k in KINDS] or [Kind.FULL]
+
+
 BLOCK_SIZES = (1, 1, 1, 2, 4)
 
 
@@ -35,14 +72,13 @@ def random_group(
 ) -> dict[str, Any]:
     """One group object of block size ``b``, its kind drawn from ``kinds`` (``eagle``
     allows eagle flags)."""
-    base = [k for k in kinds if k in KINDS] or ["full"]
-    kind = rng.choice(base)
+    kind = rng.choice(kinds_of(choices(kinds)))
     group: dict[str, Any] = {"kind": kind, "block_size": b}
-    if kind == "sliding_window":
+    if kind == Kind.SLIDING_WINDOW:
         group["window"] = near(rng, b, b * max_blocks)
-    if kind == "chunked_local":
+    if kind == Kind.CHUNKED_LOCAL:
         group["chunk"] = near(rng, b, b * max_blocks)
-    if "eagle" in kinds and kind in EAGLE_KINDS and rng.random() < 0.3:
+    if Choice.EAGLE in kinds and kind in EAGLE_KINDS and rng.random() < 0.3:
         group["eagle"] = True
     return group
 

@@ -24,9 +24,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from kvhit.harness.random_cases import CHOICES
+from kvhit.harness.random_cases import CHOICES, Choice, choices, kinds_of
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Query
+from kvhit.model.spec import EAGLE_KINDS, Group, Kind, Query
 
 
 @st.composite
@@ -38,12 +38,12 @@ def group_configs(
 ) -> Group:
     """One group: a kind from ``kinds`` (``eagle`` allows eagle flags), a block size
     from ``block_sizes``, a window or chunk of up to ``max_span`` blocks."""
-    kind = draw(st.sampled_from([k for k in kinds if k in KINDS] or ["full"]))
+    kind = draw(st.sampled_from(kinds_of(choices(kinds))))
     b = draw(st.sampled_from(block_sizes))
     span = st.integers(1, max_span * b)
-    window = draw(span) if kind == "sliding_window" else None
-    chunk = draw(span) if kind == "chunked_local" else None
-    eagle = "eagle" in kinds and kind in EAGLE_KINDS and draw(st.booleans())
+    window = draw(span) if kind == Kind.SLIDING_WINDOW else None
+    chunk = draw(span) if kind == Kind.CHUNKED_LOCAL else None
+    eagle = Choice.EAGLE in kinds and kind in EAGLE_KINDS and draw(st.booleans())
     return Group(kind, b, window, chunk, eagle)
 
 

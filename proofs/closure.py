@@ -152,8 +152,8 @@ THEOREMS = [
         bound=16,
         quick_bound=8,
         build=closure_goals("full"),
-        rests_on="model code (spec valid)",
-        scope="b/A = 1/1, 2/4; L <= N units of A",
+        rests_on="model code: spec valid",
+        scope="b/A 1/1, 2/4",
     ),
     Theorem(
         name="full_evaluate_once",
@@ -167,8 +167,8 @@ THEOREMS = [
         bound=16,
         quick_bound=8,
         build=evaluate_once_goals,
-        rests_on="model code (spec valid, full finder)",
-        scope="b/A = 1/1, 2/4; M <= N units of A",
+        rests_on="model code: spec valid, full finder",
+        scope="b/A 1/1, 2/4",
     ),
     Theorem(
         name="one_pass_shortcut",
@@ -182,8 +182,8 @@ THEOREMS = [
         bound=7,
         quick_bound=3,
         build=one_pass_goals(shortcut_orders()),
-        rests_on="model code (single_pass, finders)",
-        scope="1-2 full + 1 non-closed; b/A = 1/1, 2/4; M <= N units of A",
+        rests_on="model code: single_pass, finders",
+        scope="full first, 1 non-closed last; b/A 1/1, 2/4",
     ),
     Theorem(
         name="window_downward_closed",
@@ -196,7 +196,7 @@ THEOREMS = [
         bound=8,
         quick_bound=4,
         build=closure_goals("sliding_window"),
-        rests_on="model code (spec valid)",
-        scope="b/A = 1/1, 2/4; L <= N units of A",
+        rests_on="model code: spec valid",
+        scope="b/A 1/1, 2/4",
     ),
 ]

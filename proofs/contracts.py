@@ -449,8 +449,9 @@ THEOREMS = [
         expected="proved",
         kind="unbounded",
         build=lambda bound: _all(unbounded_goals, CONFIGS),
-        rests_on="model code (each finder's Scan: start, step, finish)",
-        scope=f"rows of any length; any window, chunk, m, T; {_text(CONFIGS)}",
+        rests_on="model code: each finder's Scan (start, step, finish)",
+        scope="any row length, window, chunk, m, T; b/A "
+        + " ".join(f"{b}/{a}" for b, a in CONFIGS),
     ),
     *(
         Theorem(
@@ -465,8 +466,8 @@ THEOREMS = [
             bound=bound,
             quick_bound=12,
             build=lambda n, b=b, a=a: _all(unrolled_goals, ((b, a),), n),
-            rests_on="model code (each finder's whole scan, unrolled)",
-            scope=f"rows of N blocks; any window, chunk, m, T; b={b} A={a}",
+            rests_on="model code: each finder's whole scan, unrolled",
+            scope=f"rows of N blocks; b/A {b}/{a}",
         )
         for name, b, a, bound in UNROLLED_CHECKS
     ),

@@ -94,8 +94,8 @@ THEOREMS = [
         bound=4,
         quick_bound=3,
         build=single_drop_goals,
-        rests_on="model code (fixed_point, eagle wrapper)",
-        scope="b = A = 1; an eagle group alone or with any finder; M <= N blocks",
+        rests_on="model code: fixed_point, eagle wrapper",
+        scope="b = A = 1; eagle + any finder",
     ),
     Theorem(
         name="eagle_spiral",
@@ -108,8 +108,8 @@ THEOREMS = [
         bound=5,
         quick_bound=3,
         build=spiral_goals,
-        rests_on="model code (spiral_fixed_point)",
-        scope="b = A = 1; one eagle group; M <= N blocks",
+        rests_on="model code: spiral_fixed_point",
+        scope="b = A = 1; 1 eagle group",
     ),
     Theorem(
         name="single_pass_two_windows",
@@ -122,7 +122,7 @@ THEOREMS = [
         bound=5,
         quick_bound=3,
         build=single_pass_goals,
-        rests_on="model code (single_pass)",
-        scope="2 windows, b = A = 1; M <= N blocks",
+        rests_on="model code: single_pass",
+        scope="2 windows, b = A = 1",
     ),
 ]

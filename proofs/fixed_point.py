@@ -317,8 +317,8 @@ THEOREMS = [
         expected="proved",
         kind="unbounded",
         build=invariant_goals(MAXIMAL),
-        rests_on="model code (Loop: visit, settle, max_passes); finders abstract",
-        scope="any G, order, M; lengths in units of A",
+        rests_on="model code: Loop (finders abstract)",
+        scope="any G, order, M",
     ),
     Theorem(
         name="fixed_point_model_code",
@@ -331,7 +331,7 @@ THEOREMS = [
         bound=6,
         quick_bound=4,
         build=model_code_goals,
-        rests_on="model code (fixed_point_of); finders abstract",
+        rests_on="model code: fixed_point_of (finders abstract)",
         scope="G = 1-3, top <= N units of A",
     ),
     Theorem(
@@ -344,8 +344,8 @@ THEOREMS = [
         expected="proved",
         kind="unbounded",
         build=invariant_goals(TERMINATION),
-        rests_on="model code (Loop: settle, max_passes); finders abstract",
-        scope="any G, order, M; lengths in units of A",
+        rests_on="model code: Loop (finders abstract)",
+        scope="any G, order, M",
     ),
     Theorem(
         name="many_passes",
@@ -358,7 +358,7 @@ THEOREMS = [
         bound=8,
         quick_bound=6,
         build=many_passes_goals,
-        rests_on="model code (fixed_point_of, mamba finders)",
-        scope="2 mamba groups, b = A = 1, M = 1..min(N, 8)",
+        rests_on="model code: fixed_point_of, mamba finders",
+        scope="2 groups, b = A = 1, M <= min(N, 8)",
     ),
 ]

@@ -129,7 +129,7 @@ THEOREMS = [
         quick_bound=6,
         build=build,
         tags=("impl",),
-        rests_on="impl code (stage, Plan.holds, covered) against the spec's valid",
-        scope="one group: each kind, eagle, b = 1-4; rows of N blocks; any window, chunk, T",
+        rests_on="impl code: stage, Plan.holds vs spec valid",
+        scope="1 group: every kind, b = 1-4",
     ),
 ]

@@ -126,8 +126,8 @@ THEOREMS = [
         bound=5,
         quick_bound=3,
         build=lower_bound_goals,
-        rests_on="model code (min_of_groups, finders)",
-        scope="1-2 groups of every finder at b/A 1/1, 2/2; 3 non-closed at 1/1; M <= N blocks",
+        rests_on="model code: min_of_groups, finders",
+        scope="1-2 groups at b/A 1/1, 2/2; 3 non-closed",
     ),
     Theorem(
         name="min_is_longest",
@@ -140,7 +140,7 @@ THEOREMS = [
         bound=6,
         quick_bound=4,
         build=refutation_goals,
-        rests_on="model code (min_of_groups, finders)",
-        scope="1-3 groups, b = A = 1, M <= N blocks",
+        rests_on="model code: min_of_groups, finders",
+        scope="1-3 groups, b = A = 1",
     ),
 ]

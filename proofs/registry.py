@@ -79,6 +79,7 @@ THEOREM_MODULES = [
     "kvhit.proofs.rounding",
     "kvhit.proofs.eagle",
     "kvhit.proofs.impl_formula",
+    "kvhit.proofs.lookup",
 ]
 """Every module that defines ``THEOREMS``, in the order ``kvhit prove`` runs them."""
 

@@ -113,8 +113,8 @@ THEOREMS = [
         bound=6,
         quick_bound=4,
         build=rounding_goals(CONFIGS),
-        rests_on="model code (fixed_point_of, finders at own b)",
-        scope="2 groups, every kind pair; b {1,2} A=2, {2,3} A=6; M <= N tokens",
+        rests_on="model code: fixed_point_of, finders",
+        scope="2 groups; b 1,2 A=2; b 2,3 A=6",
     ),
     Theorem(
         name="own_block_rounding_coarse_alignment",
@@ -127,7 +127,7 @@ THEOREMS = [
         bound=8,
         quick_bound=4,
         build=rounding_goals((COARSE,)),
-        rests_on="model code (fixed_point_of, finders at own b)",
-        scope="2 groups, b {1,1}, A = 2; M <= N tokens",
+        rests_on="model code: fixed_point_of, finders",
+        scope="2 groups; b 1,1 A=2",
     ),
 ]

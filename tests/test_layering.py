@@ -21,6 +21,7 @@ LAYERS = [
     ("kvhit.draw", 1),
     ("kvhit.inputs", 1),
     ("kvhit.check", 1),
+    ("kvhit.reference", 1),
     ("kvhit.targets", 1),
     ("kvhit.impl", 2),
     ("kvhit.proofs", 2),

@@ -10,12 +10,12 @@ fails :func:`test_every_theorem_has_a_mutation`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from kvhit.impl import formula
+from kvhit.impl import coordinator, formula
 from kvhit.model import algorithms, finders, spec
 from kvhit.model.algorithms import Loop
 from kvhit.model.finders import Scan
@@ -80,6 +80,14 @@ def top_one_lower(q: Any, ops: Any = PY) -> Any:
     return ops.max(0, (ops.div(q.max_length, q.alignment) - 1) * q.alignment)
 
 
+def stack_without_offsets(plans: Any, sizes: Any) -> Any:
+    """Every group's ranges read from the start of the row, not from its own stretch."""
+    return STACK(plans, [0] * len(sizes))
+
+
+STACK = formula.stack
+
+
 def loose_cover(misses_at: Any, lo: Any, hi: Any) -> Any:
     """Blocks [lo, hi) count as cached with at most one miss among them."""
     return misses_at(hi) <= misses_at(lo) + 1
@@ -124,6 +132,7 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
         lambda mp: mp.setattr(eagle, "fixed_point", algorithms.spiral_fixed_point),
     ),
     "impl_formula": (3, lambda mp: mp.setattr(formula, "covered", loose_cover)),
+    "impl_lookup": (4, lambda mp: mp.setattr(coordinator, "stack", stack_without_offsets)),
 }
 """Claims expected to hold: (bound, the break)."""
 
@@ -147,6 +156,13 @@ REPAIRS: dict[str, tuple[int, Patch]] = {
     ),
 }
 """Known-wrong algorithms: (bound, the repair)."""
+
+
+@pytest.fixture(autouse=True)
+def fresh_lookup_plans() -> Iterator[None]:
+    """A break of the impl must not outlive its test in the coordinator's plan cache."""
+    yield
+    coordinator.lookup_plan.cache_clear()
 
 
 def test_every_theorem_has_a_mutation() -> None:
