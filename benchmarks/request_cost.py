@@ -35,13 +35,13 @@ from types import SimpleNamespace
 
 import click
 import torch
+from bench_states import best_times
 from rich.console import Console
 from rich.table import Table
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher
 
 from kvhit.adapters.vllm import build_coordinator, mark_cached
-from kvhit.impl.bench import best_times
 from kvhit.impl.coordinator import Coordinator, lookup_plan
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group

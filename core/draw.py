@@ -15,16 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvhit.model.spec import Query, longest_hit, misses
+from kvhit.model.spec import Query, longest_hit, misses, touched_blocks
 
 MAX_DRAWN_BLOCKS = 64
 
 
 def shown_blocks(q: Query, i: int) -> int:
     """How many blocks of group i matter: those a hit of at most M can touch."""
-    g = q.groups[i]
-    relevant = q.top // g.block_size + (1 if g.eagle else 0)
-    return max(relevant, 1)
+    return max(touched_blocks(q, q.groups[i]), 1)
 
 
 def draw_row(row: Sequence[bool], count: int, marked: Sequence[int] = ()) -> str:

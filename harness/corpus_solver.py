@@ -8,7 +8,8 @@ really shipped differs from L*:
 - ``min_of_groups``: the min of the per-group hits (the rejected PR);
 - ``single_pass``: the fixed point without the repeat;
 - ``eagle_every_pass``: an eagle group that drops its last block on every pass
-  instead of once per candidate (the spiral that sent hit rates to 0).
+  instead of once per candidate (the spiral that sent hit rates to 0,
+  :func:`kvhit.model.algorithms.spiral_fixed_point`).
 
 Solving takes a while, so the states are generated once by running this module
 (``python -m kvhit.harness.corpus_solver``) and kept in ``corpus.json``, which
@@ -28,58 +29,15 @@ import z3
 
 from kvhit.harness.corpus import CORPUS_FILE
 from kvhit.harness.exhaustive import gate_groups
-from kvhit.model.algorithms import (
-    fixed_point_of,
-    max_passes,
-    min_of_groups,
-    single_pass,
-    top_length,
-)
-from kvhit.model.finders import find
-from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Group, Query, default_alignment, valid
+from kvhit.model.algorithms import longest_of, min_of_groups, single_pass, spiral_fixed_point
+from kvhit.model.spec import Group, Query, default_alignment
 from kvhit.proofs.symbolic import SymRow, Z3Ops
-
-
-def eagle_every_pass(q: Query, ops: Ops = PY) -> Any:
-    """The fixed point where each eagle group finds its hit as a plain group and then
-    drops one block, on every pass (known wrong: it spirals down)."""
-
-    def spiral(g: Group, row: Any) -> Callable[[Any], Any]:
-        plain = Group(g.kind, g.block_size, g.window, g.chunk)
-
-        def f(m: Any) -> Any:
-            hit = find(plain, row, m, q.alignment, q.num_tokens, ops)
-            dropped = ops.max(0, hit - g.block_size)
-            return ops.div(dropped, q.alignment) * q.alignment
-
-        return f
-
-    finders = [
-        spiral(g, row)
-        if g.eagle
-        else (lambda m, g=g, row=row: find(g, row, m, q.alignment, q.num_tokens, ops))
-        for g, row in zip(q.groups, q.cached)
-    ]
-    return fixed_point_of(finders, top_length(q, ops), max_passes(q, ops), ops)
-
 
 KNOWN_WRONG: dict[str, Callable[..., Any]] = {
     "min_of_groups": min_of_groups,
     "single_pass": single_pass,
-    "eagle_every_pass": eagle_every_pass,
+    "eagle_every_pass": spiral_fixed_point,
 }
-
-
-def symbolic_best(q: Query, ops: Ops) -> Any:
-    """L* as a term: the longest candidate at which every group is valid."""
-    best: Any = 0
-    for length in reversed(q.candidates()):
-        every = ops.and_(
-            *(valid(g, r, length, q.num_tokens, ops) for g, r in zip(q.groups, q.cached))
-        )
-        best = ops.ite(every, length, best)
-    return best
 
 
 def solve_state(groups: tuple[Group, ...], max_length: int, algorithm: str) -> Query | None:
@@ -91,7 +49,7 @@ def solve_state(groups: tuple[Group, ...], max_length: int, algorithm: str) -> Q
     q = Query(groups, rows, max_length, max_length + 1, alignment)
     ops = Z3Ops(bound=max(blocks))
     solver = z3.Solver()
-    solver.add(KNOWN_WRONG[algorithm](q, ops) != symbolic_best(q, ops))
+    solver.add(KNOWN_WRONG[algorithm](q, ops) != longest_of(q, q.candidates(), ops))
     if solver.check() != z3.sat:
         return None
     model = solver.model()

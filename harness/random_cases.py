@@ -13,7 +13,7 @@ of the alignment, and rows that are mostly cached with a few holes.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from itertools import count as forever
 from math import lcm
@@ -65,19 +65,37 @@ def near(rng: random.Random, unit: int, top: int) -> int:
     return max(1, unit * rng.randint(0, max(1, top // unit)) + rng.randint(-1, 1))
 
 
-def random_group(
-    rng: random.Random, kinds: Sequence[Kind], eagle: bool, max_blocks: int, b: int
+def make_group(
+    kinds: Sequence[str],
+    pick: Callable[[Sequence[Kind]], Kind],
+    block_size: Callable[[], int],
+    span: Callable[[int], int],
+    coin: Callable[[], bool],
 ) -> Group:
-    """One group of block size ``b``, its kind drawn from ``kinds``, an eagle group
-    now and then if ``eagle``."""
-    kind = rng.choice(kinds)
-    params: dict[str, int] = {}
-    if kind == Kind.SLIDING_WINDOW:
-        params["window"] = near(rng, b, b * max_blocks)
-    if kind == Kind.CHUNKED_LOCAL:
-        params["chunk"] = near(rng, b, b * max_blocks)
-    eagle = eagle and kind in EAGLE_KINDS and rng.random() < 0.3
-    return Group(kind, b, eagle=eagle, **params)
+    """One group: its kind picked from ``kinds`` (``eagle`` there allows an eagle flag,
+    set when ``coin()`` says so), then its ``block_size()`` b, then a window or chunk of
+    ``span(b)`` tokens. Every generator builds its groups here, each drawing its own way.
+
+    >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
+    Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, eagle=True)
+    """
+    kind = pick(kinds_of(choices(kinds)))
+    b = block_size()
+    window = span(b) if kind == Kind.SLIDING_WINDOW else None
+    chunk = span(b) if kind == Kind.CHUNKED_LOCAL else None
+    eagle = Choice.EAGLE in kinds and kind in EAGLE_KINDS and coin()
+    return Group(kind, b, window, chunk, eagle)
+
+
+def random_group(rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int) -> Group:
+    """One group of block size ``b``, windows and chunks near multiples of ``b``."""
+    return make_group(
+        kinds,
+        rng.choice,
+        lambda: b,
+        lambda b: near(rng, b, b * max_blocks),
+        lambda: rng.random() < 0.3,
+    )
 
 
 def random_row(rng: random.Random, blocks: int) -> tuple[bool, ...]:
@@ -93,13 +111,11 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     Built directly, valid by construction (the tests check it against the parser), as
     generating cases is the harness's own share of a campaign's time.
     """
-    picked = choices(kinds)
-    drawn, eagle = kinds_of(picked), Choice.EAGLE in picked
     common = rng.choice(BLOCK_SIZES)
     sizes = [
         common if rng.random() < 0.7 else rng.choice(BLOCK_SIZES) for _ in range(rng.randint(1, 4))
     ]
-    groups = tuple(random_group(rng, drawn, eagle, max_blocks, b) for b in sizes)
+    groups = tuple(random_group(rng, kinds, max_blocks, b) for b in sizes)
     alignment = lcm(*sizes) * rng.choice((1, 1, 1, 2))
     reach = min(sizes) * max_blocks
     max_length = alignment * rng.randint(0, max(1, reach // alignment)) + rng.randint(-1, 1)

@@ -24,7 +24,7 @@ from typing import Any
 
 from kvhit.model.finders import find
 from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Group, Query, longest_hit, valid
+from kvhit.model.spec import Group, Query, longest_hit, top_length, valid
 
 Finder = Callable[[Any], Any]
 
@@ -35,11 +35,6 @@ def group_finders(q: Query, ops: Ops = PY) -> list[Finder]:
         lambda m, g=g, row=row: find(g, row, m, q.alignment, q.num_tokens, ops)
         for g, row in zip(q.groups, q.cached)
     ]
-
-
-def top_length(q: Query, ops: Ops = PY) -> Any:
-    """The longest candidate, floor(M/A)·A."""
-    return ops.div(q.max_length, q.alignment) * q.alignment
 
 
 def max_passes(q: Query, ops: Ops = PY) -> Any:

@@ -104,7 +104,7 @@ class Query:
     @property
     def top(self) -> int:
         """The longest candidate: the largest multiple of A that is at most M."""
-        return self.max_length // self.alignment * self.alignment
+        return top_length(self)
 
     def candidates(self) -> range:
         """Every candidate hit length, longest first."""
@@ -119,6 +119,15 @@ class Query:
             "num_tokens": self.num_tokens,
             "alignment": self.alignment,
         }
+
+
+def top_length(q: Query, ops: Ops = PY) -> Any:
+    """The longest candidate, floor(M/A)·A (a term when M or A is one).
+
+    >>> top_length(Query((Group("full", 2),), ((),), 7, 8, 2))
+    6
+    """
+    return ops.div(q.max_length, q.alignment) * q.alignment
 
 
 def default_alignment(groups: tuple[Group, ...]) -> int:
@@ -164,6 +173,24 @@ def needed_range(g: Group, length: int) -> tuple[int, int]:
     return lo, hi + 1 if g.eagle else hi
 
 
+def touched_blocks(q: Query, g: Group) -> int:
+    """How many blocks of group g a hit of at most M can need: those up to the longest
+    candidate, and for an eagle group the next one."""
+    return q.top // g.block_size + int(g.eagle)
+
+
+def holds_next_block(g: Group, length: Any, num_tokens: Any) -> Any:
+    """Whether the request holds the whole block after a hit of ``length`` (tokens
+    L … L+b-1): the block an eagle group matches and then drops."""
+    return length + g.block_size <= num_tokens
+
+
+def past_request(g: Group, length: int, num_tokens: int) -> bool:
+    """Whether an eagle group's dropped block lies past the request, so it cannot
+    serve the hit of ``length`` > 0 whatever is cached."""
+    return g.eagle and length > 0 and not holds_next_block(g, length, num_tokens)
+
+
 def needed_blocks(g: Group, length: int) -> list[int]:
     """The blocks that must be cached for the hit: the reused ones, and for an eagle
     group also block n, which is matched and then dropped."""
@@ -174,7 +201,7 @@ def valid(g: Group, row: Any, length: Any, num_tokens: Any, ops: Ops = PY) -> An
     """valid_g(L): group g can serve a hit of ``length`` tokens from cache."""
     lo, hi = reused_range(g, length, ops)
     if g.eagle:
-        served = ops.and_(ops.all_cached(row, lo, hi + 1), length + g.block_size <= num_tokens)
+        served = ops.and_(ops.all_cached(row, lo, hi + 1), holds_next_block(g, length, num_tokens))
     else:
         served = ops.all_cached(row, lo, hi)
     return ops.or_(length == 0, served)
@@ -309,5 +336,5 @@ def misses(q: Query, length: int) -> list[Miss]:
         if valid(g, row, length, q.num_tokens):
             continue
         missing = missing_runs(row, *needed_range(g, length)) if length else ()
-        out.append(Miss(i, missing, past_request=g.eagle and length + g.block_size > q.num_tokens))
+        out.append(Miss(i, missing, past_request(g, length, q.num_tokens)))
     return out

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from kvhit.model.algorithms import spiral_fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, answer_at, longest_hit, valid, window_span
 from kvhit.targets import model_target
@@ -113,9 +114,7 @@ def no_short_prefix(query: dict[str, Any]) -> int:
 
 def eagle_drops_every_pass(query: dict[str, Any]) -> int:
     """The eagle spiral: the drafter's last block dropped on every pass, not once."""
-    from kvhit.harness.corpus_solver import eagle_every_pass  # loads z3: only when used
-
-    return eagle_every_pass(parse_query(query))
+    return spiral_fixed_point(parse_query(query))
 
 
 def mamba_state_after(query: dict[str, Any]) -> dict[str, Any]:

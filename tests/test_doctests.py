@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
+import sys
 import tomllib
 from pathlib import Path
 
@@ -34,3 +36,15 @@ def test_every_module_is_found() -> None:
 def test_docstring_examples(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
+
+
+def test_the_benchmark_states_examples() -> None:
+    """The benchmarks' shared states module is a script's neighbour, not in the package."""
+    path = ROOT / "benchmarks" / "bench_states.py"
+    spec = importlib.util.spec_from_file_location("bench_states", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_states"] = module
+    spec.loader.exec_module(module)
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

@@ -23,7 +23,7 @@ from kvhit.harness.report import Disagreement
 from kvhit.harness.runner import CommandRunner, Reply, open_target
 from kvhit.harness.shrink import shrink
 from kvhit.harness.strategies import falsify, queries
-from kvhit.model.algorithms import fixed_point
+from kvhit.model.algorithms import fixed_point, spiral_fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind, Query, longest_hit
 from kvhit.targets import model_target, seed_min_target
@@ -163,7 +163,7 @@ def test_eagle_spiral_loses_reuse_the_model_keeps() -> None:
         }
     )
     assert fixed_point(q) == longest_hit(q).length == 3
-    assert corpus_solver.eagle_every_pass(q) == 0
+    assert spiral_fixed_point(q) == 0
 
 
 def test_boundary_states_cover_every_kind() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import z3
 
 from kvhit.impl import coordinator, formula
 from kvhit.model import algorithms, finders, spec
@@ -21,6 +22,7 @@ from kvhit.model.algorithms import Loop
 from kvhit.model.finders import Scan
 from kvhit.model.ops import PY
 from kvhit.proofs import contracts, eagle, min_groups, rounding
+from kvhit.proofs import linearize as linear
 from kvhit.proofs.registry import Status, all_theorems, get
 from kvhit.proofs.runner import run_theorem
 
@@ -61,6 +63,11 @@ def full_scan_past_misses(g: Any, fr: Any, ops: Any) -> Scan:
 
 
 SCANS = dict(finders.SCANS)
+
+
+def tight_floor(x: Any, dq: Any, d: Any) -> Any:
+    """A wrong floor bound: x is claimed less than one past d·(x / d)."""
+    return z3.And(dq <= x, x < dq + 1)
 
 
 def floor_window(g: Any, ops: Any = PY) -> Any:
@@ -108,6 +115,11 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
             mp.setattr(contracts, "CONFIGS", ((2, 2),)),
         ),
     ),
+    "finder_contracts_symbolic": (
+        None,
+        lambda mp: mp.setattr(finders, "window_span", lambda g, ops: floor_window(g, ops)),
+    ),
+    "arithmetic_lemmas": (None, lambda mp: mp.setattr(linear, "floor_bounds", tight_floor)),
     "finder_contracts_bounded": (
         4,
         lambda mp: mp.setattr(finders, "window_span", lambda g, ops: floor_window(g, ops)),
