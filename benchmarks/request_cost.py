@@ -22,6 +22,11 @@ block size 16, fully cached in both engines' pools, looked up with M = T - 1:
 - *impl plan*: the part of the impl's arrival that is the lookup's plan; "lookup
   with plan" adds it to the lookup, for the ratio of the lookups alone.
 
+Before the timings each row freezes the heap built so far (``gc.collect()`` then
+``gc.freeze()``), as vLLM's engine core does after start-up (``freeze_gc_heap`` in
+``vllm/v1/engine/core.py``): the garbage collector then scans only what the request
+itself allocates, not the pools and prompts of the set-up.
+
 Left out on both sides: allocating and caching blocks after the hit, and whatever the
 scheduler does around the lookup. Each time is the fastest of N runs, the engines
 taking turns; ratios are vLLM time / impl time within the row.
@@ -29,6 +34,7 @@ taking turns; ratios are vLLM time / impl time within the row.
 
 from __future__ import annotations
 
+import gc
 import random
 from array import array
 from types import SimpleNamespace
@@ -114,6 +120,8 @@ def row(tokens: list[int], count: int, repeats: int) -> list[str]:
     theirs = coordinator.find_longest_cache_hit(hashes, top)[1]
     if mine != theirs:
         raise SystemExit(f"{len(tokens)} tokens, {count} groups: impl {mine}, vLLM {theirs}")
+    gc.collect()
+    gc.freeze()
     arrive, plan, look, v_arrive, v_look, floor = best_times(
         (
             impl_arrival,
@@ -125,6 +133,7 @@ def row(tokens: list[int], count: int, repeats: int) -> list[str]:
         ),
         repeats,
     )
+    gc.unfreeze()
     times = (arrive, plan, look, arrive + look, v_arrive, v_look, v_arrive + v_look, floor)
     return [
         f"{len(tokens):,}",

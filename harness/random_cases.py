@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
+from functools import cache
 from itertools import count as forever
 from math import lcm
 
@@ -57,6 +58,13 @@ def kinds_of(picked: Sequence[Choice]) -> list[Kind]:
     return [Kind(k) for k in picked if k in KINDS] or [Kind.FULL]
 
 
+@cache
+def drawable(kinds: tuple[str, ...]) -> tuple[Kind, ...]:
+    """:func:`kinds_of` the choices ``kinds`` names, parsed once per tuple (a
+    generator draws a group's kind from them for every group it makes)."""
+    return tuple(kinds_of(choices(kinds)))
+
+
 BLOCK_SIZES = (1, 1, 1, 2, 4)
 
 
@@ -79,7 +87,7 @@ def make_group(
     >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
     Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, eagle=True)
     """
-    kind = pick(kinds_of(choices(kinds)))
+    kind = pick(drawable(tuple(kinds)))
     b = block_size()
     window = span(b) if kind == Kind.SLIDING_WINDOW else None
     chunk = span(b) if kind == Kind.CHUNKED_LOCAL else None
