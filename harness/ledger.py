@@ -1,4 +1,5 @@
-"""The content ledger: what every physical block really holds, from the block tables.
+"""The content ledger: what every physical block really holds, from the block tables
+(docs/design.md §5.6).
 
 An engine's index says which blocks are cached under which hash; the ledger keeps
 the truth that index is supposed to describe. It learns it from the block tables a

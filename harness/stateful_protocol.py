@@ -4,7 +4,7 @@ A stateless target answers one lookup on a cache state kvhit builds. A *stateful
 target is a whole prefix cache: kvhit creates it for a list of groups (the query
 protocol's group objects), a pool of ``num_blocks`` physical blocks and an
 alignment, then drives it with a program of operations and watches how its cache
-evolves (docs/design.md §5; the checks are in :mod:`kvhit.harness.stateful`).
+evolves (docs/design.md §5.6; the checks are in :mod:`kvhit.harness.stateful`).
 
 Messages, one JSON object each (a Python engine gets the same as method calls):
 
