@@ -10,7 +10,7 @@ A target is a callable that takes a *normalized* protocol query (a dict, as
     >>> answer
     {'length': 1, 'blocks': [[0]]}
 
-Built-ins are imported only when asked for, so ``vllm`` costs nothing unless used.
+Built-ins are imported only when asked for, so ``vllm`` and ``sglang`` cost nothing unless used.
 """
 
 from __future__ import annotations
@@ -41,10 +41,12 @@ BUILTINS: dict[str, str] = {
     "seed-min": "kvhit.targets:seed_min_target",
     "impl": "kvhit.impl.target:impl_target",
     "vllm": "kvhit.adapters.vllm:vllm_target",
+    "sglang": "kvhit.adapters.sglang:sglang_target",
 }
 
 INSTALL_HINTS = {
     "vllm": "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)",
+    "sglang": "SGLang is not installed here; install it with scripts/install-sglang.sh (see the README)",
 }
 
 

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NEEDS = {"kvhit.adapters.vllm": "vllm"}  # modules that import an optional engine
+NEEDS = {  # modules that import an optional engine
+    "kvhit.adapters.vllm": "vllm",
+    "kvhit.adapters.sglang": "sglang",
+}
 
 
 def module_names() -> list[str]:
