@@ -30,6 +30,11 @@ class TargetError(Exception):
     """A target that cannot be found or loaded."""
 
 
+class UndrivableTarget(TargetError):
+    """A target that is installed but cannot be driven (say, an engine release that
+    lacks what the target calls); its message says why."""
+
+
 class Unsupported(Exception):
     """Raised by a target for a configuration it refuses (an engine's own asserts).
 
@@ -54,11 +59,11 @@ BUILTINS: dict[str, str] = {
     "seed-min": "kvhit.targets:seed_min_target",
     "impl": "kvhit.impl.target:impl_target",
     "vllm": "kvhit.adapters.vllm:vllm_target",
+    "vllm-undocumented": "kvhit.adapters.vllm_divergences:vllm_outside_divergences",
 }
 
-INSTALL_HINTS = {
-    "vllm": "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)",
-}
+VLLM_HINT = "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)"
+INSTALL_HINTS = {"vllm": VLLM_HINT, "vllm-undocumented": VLLM_HINT}
 
 
 def load_callable(spec: str) -> Target:
@@ -82,6 +87,8 @@ def get(name: str) -> Target:
         raise TargetError(f"unknown target {name!r}; built-in targets: {', '.join(BUILTINS)}")
     try:
         return load_callable(BUILTINS[name])
+    except UndrivableTarget:
+        raise
     except TargetError as err:
         hint = INSTALL_HINTS.get(name)
         raise TargetError(f"{err}; {hint}" if hint else str(err)) from None

@@ -11,6 +11,7 @@ from vllm.v1.core.kv_cache_utils import resolve_block_hashes
 from kvhit import targets
 from kvhit.adapters import vllm as vllm_adapter
 from kvhit.adapters.vllm import build_coordinator, lookup, mark_cached, request_hashes
+from kvhit.harness.runner import CallableRunner
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import longest_hit
 
@@ -79,6 +80,32 @@ def test_configurations_vllm_refuses_are_unsupported(query):
     q = parse_query(query)
     assert refused(q)
     with pytest.raises(targets.Unsupported):
+        lookup(q)
+
+
+def test_an_assert_inside_vllm_on_a_supported_query_is_a_crash(monkeypatch):
+    q = parse_query(HYBRID)
+    coordinator = type(build_coordinator(q))
+
+    def asserts(self, *args, **kwargs):
+        raise AssertionError("an invariant of vLLM's")
+
+    monkeypatch.setattr(coordinator, "find_longest_cache_hit", asserts)
+    reply = CallableRunner(targets.get("vllm"), timeout=10.0)(q.to_json())
+    assert (reply.status, reply.detail) == ("crash", "AssertionError: an invariant of vLLM's")
+
+
+def test_a_refused_configuration_never_reaches_vllm(monkeypatch):
+    monkeypatch.setattr(vllm_adapter, "get_kv_cache_coordinator", None)
+    q = parse_query(
+        {
+            "groups": [{"kind": "full", "block_size": 2}],
+            "cached": ["1"],
+            "max_length": 4,
+            "alignment": 4,
+        }
+    )
+    with pytest.raises(targets.Unsupported, match="single group"):
         lookup(q)
 
 

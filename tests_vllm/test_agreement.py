@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from cases import disagreement, mixed_queries, refused, try_lookup
-from divergences import documented
+from kvhit.adapters.vllm_divergences import documented
 
 from kvhit.draw import draw, judge
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from cases import disagreement
-from divergences import DIVERGENCES, documented
+from kvhit.adapters.vllm_divergences import DIVERGENCES, documented
 
 from kvhit.adapters.vllm import lookup
 

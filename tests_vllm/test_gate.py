@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from undocumented import vllm_outside_divergences
+from kvhit.adapters.vllm_divergences import vllm_outside_divergences
 
 from kvhit.harness.engine import Engine
 from kvhit.harness.gate import gate_phases, run_phases

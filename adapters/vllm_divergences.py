@@ -1,10 +1,16 @@
-"""Where vLLM 0.34's ``find_longest_cache_hit`` differs from the spec, as found by the gate.
+"""Where vLLM's ``find_longest_cache_hit`` differs from the spec, as found by the gate.
 
 Each :class:`Divergence` names a class of cache states (its ``scope``), the verdict
 against the spec, and a shrunk counterexample with the answer vLLM gave on it. The
 tests check that vLLM still gives that answer (so an upgrade that changes it is
 noticed) and that outside every scope vLLM agrees with the model.
 docs/findings-vllm.md explains each one.
+
+The target ``vllm-undocumented`` (:func:`vllm_outside_divergences`) answers the states
+inside a documented scope as ``unsupported``, so any disagreement the gate reports
+against it is a new finding::
+
+    kvhit gate --target vllm-undocumented --keep-going --seconds 300
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
+from kvhit.targets import Unsupported
 
 
 @dataclass(frozen=True)
@@ -175,3 +182,13 @@ DIVERGENCES = (
 def documented(q: Query) -> list[str]:
     """The names of the divergences whose scope holds the query."""
     return [d.name for d in DIVERGENCES if d.scope(q)]
+
+
+def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's answer, or :class:`Unsupported` naming the documented divergence."""
+    from kvhit.adapters.vllm import vllm_target
+
+    names = documented(parse_query(query))
+    if names:
+        raise Unsupported(f"documented divergence: {names[0]}")
+    return vllm_target(query)
