@@ -29,7 +29,7 @@ How the protocol maps onto vLLM (docs/design.md §1, against vLLM 0.34):
 - vLLM refuses some configurations outright (its own asserts, e.g. chunked local
   attention with mixed block sizes): the adapter knows them from the configuration
   (:func:`kvhit.adapters.vllm_release.refusal`) and raises
-  :class:`kvhit.targets.Unsupported` before calling vLLM. Any other assert or error
+  :class:`kvhit.errors.Unsupported` before calling vLLM. Any other assert or error
   inside vLLM is left to surface as a ``crash``.
 
     >>> vllm_target({"groups": [{"kind": "full", "block_size": 2, "eagle": False}],
@@ -49,9 +49,9 @@ from typing import Any
 import torch
 
 from kvhit.adapters.vllm_release import detect, import_failure, refusal
+from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
-from kvhit.targets import Unsupported
 
 try:
     from vllm.utils.hashing import sha256

@@ -29,8 +29,8 @@ from dataclasses import dataclass, fields
 from importlib.metadata import PackageNotFoundError, version
 from math import lcm
 
+from kvhit.errors import UndrivableTarget
 from kvhit.model.spec import EAGLE_KINDS, Query
-from kvhit.targets import UndrivableTarget
 
 
 def installed_release() -> str:

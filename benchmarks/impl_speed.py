@@ -1,7 +1,7 @@
 """The impl's vectorized lookup against the model's plain-Python finders.
 
 Run: ``python benchmarks/impl_speed.py [--repeats N]``. Every state is
-built once (:func:`kvhit.impl.bench.bench_states`) and both lookups run on it in the
+built once (:func:`bench_states.bench_states`) and both lookups run on it in the
 same process, taking turns; each time is the fastest of N runs. The ratio is model
 time / impl time. The last column times what the impl prepares for the
 lookup when a request arrives (besides its block hashes): the plan of the request's
@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 import click
 import torch
-
-from kvhit.impl.bench import NUM_TOKENS, BenchState, side_by_side
+from bench_states import NUM_TOKENS, BenchState, side_by_side
 
 
 def model_lookup(state: BenchState) -> tuple[Callable[[], int], int]:

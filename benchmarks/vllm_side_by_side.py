@@ -3,7 +3,7 @@
 Run in the vLLM environment (scripts/install-vllm.sh):
 ``VENV/bin/python benchmarks/vllm_side_by_side.py [--repeats N]``.
 
-Each state (:func:`kvhit.impl.bench.bench_states`: a 131,072-token prompt, block size
+Each state (:func:`bench_states.bench_states`: a 131,072-token prompt, block size
 16, full + sliding window 128 + sliding window 1024, with and without a mamba group,
 in three cases) is built once as the impl's pool and once as vLLM's block pool
 holding exactly the same cached blocks (:func:`kvhit.adapters.vllm.prepare`). Both
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import click
 import torch
+from bench_states import NUM_TOKENS, BenchState, side_by_side
 
 from kvhit.adapters.vllm import prepare
-from kvhit.impl.bench import NUM_TOKENS, BenchState, side_by_side
 
 
 def vllm_lookup(state: BenchState):

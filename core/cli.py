@@ -7,17 +7,14 @@ or bad input. Commands that live with their subsystem (``prove``, ``fuzz``, ``ga
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from typing import Any
 
 import click
 
-from kvhit.draw import draw, explain, judge, verdict
-from kvhit.model.algorithms import brute_force, fixed_point, min_of_groups, per_group
-from kvhit.model.protocol import QueryError, load_queries, parse_query
-from kvhit.model.spec import Query, answer_at
+from kvhit.check import check_report, check_text, explain_text
+from kvhit.importing import import_attr
+from kvhit.inputs import read_queries
 
 LAZY_COMMANDS = {
     "prove": "kvhit.proofs.command:prove",
@@ -28,15 +25,6 @@ LAZY_COMMANDS = {
 }
 
 
-class BadInput(click.ClickException):
-    """Bad input: one line naming the problem, exit code 2."""
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
-
-
 class KvhitGroup(click.Group):
     """A group that imports a subsystem's command only when it is run."""
 
@@ -45,8 +33,7 @@ class KvhitGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in LAZY_COMMANDS:
-            module, _, attr = LAZY_COMMANDS[name].partition(":")
-            return getattr(importlib.import_module(module), attr)
+            return import_attr(LAZY_COMMANDS[name])
         return super().get_command(ctx, name)
 
 
@@ -54,68 +41,6 @@ class KvhitGroup(click.Group):
 @click.version_option(package_name="kvhit")
 def main() -> None:
     """kvhit: the verified reference for hybrid-attention prefix-cache hits."""
-
-
-def read_queries(path: str) -> list[tuple[str, Query]]:
-    """Load and check every query in a file (``-`` for stdin); BadInput on any problem."""
-    try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    except OSError as err:
-        raise BadInput(f"{path}: {err.strerror}") from None
-    where = "stdin" if path == "-" else path
-    try:
-        objects = load_queries(text)
-    except QueryError as err:
-        raise BadInput(f"{where}: {err}") from None
-    out = []
-    for number, obj in enumerate(objects, 1):
-        label = where if len(objects) == 1 else f"{where} query {number}"
-        try:
-            out.append((label, parse_query(obj)))
-        except QueryError as err:
-            raise BadInput(f"{label}: {err}") from None
-    return out
-
-
-def check_report(q: Query) -> dict[str, Any]:
-    """Everything ``kvhit check`` says about one query, as JSON-ready data."""
-    best = answer_at(q, brute_force(q))
-    min_length = min_of_groups(q)
-    return {
-        "query": q.to_json(),
-        "length": best.length,
-        "blocks": [list(b) for b in best.blocks],
-        "fixed_point": fixed_point(q),
-        "brute_force": best.length,
-        "min_of_groups": min_length,
-        "min_of_groups_verdict": verdict(min_length, best.length),
-        "per_group": per_group(q),
-    }
-
-
-def check_text(q: Query, report: dict[str, Any]) -> str:
-    """The drawn form of a check report."""
-    notes = [f"own finder: {hit}" for hit in report["per_group"]]
-    lines = [draw(q, report["blocks"], notes)]
-    reused = "; ".join(
-        f"group {i} blocks {', '.join(map(str, b))}" for i, b in enumerate(report["blocks"]) if b
-    )
-    lines.append(
-        f"L* = {report['length']} (fixed point {report['fixed_point']}, "
-        f"brute force {report['brute_force']}): reuses {reused or 'nothing'}"
-    )
-    lines.append(judge(q, "min of groups", report["min_of_groups"]))
-    return "\n".join(lines)
-
-
-def explain_text(q: Query, length: int, label: str) -> str:
-    """``--explain L``: which group needs which missing block at L."""
-    if length > q.max_length or length % q.alignment:
-        raise BadInput(
-            f"{label}: --explain {length} is not a candidate: hits are multiples of "
-            f"A={q.alignment} up to M={q.max_length}"
-        )
-    return explain(q, length)
 
 
 @main.command()

@@ -1,4 +1,4 @@
-"""Drawing cache states and explaining answers, for people (DESIGN.md §5).
+"""Drawing cache states and explaining answers, for people (docs/design.md §5.4).
 
 >>> from kvhit.model.protocol import parse_query
 >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
@@ -15,16 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvhit.model.spec import Query, longest_hit, misses
+from kvhit.model.spec import Query, longest_hit, misses, touched_blocks
 
 MAX_DRAWN_BLOCKS = 64
 
 
 def shown_blocks(q: Query, i: int) -> int:
     """How many blocks of group i matter: those a hit of at most M can touch."""
-    g = q.groups[i]
-    relevant = q.top // g.block_size + (1 if g.eagle else 0)
-    return max(relevant, 1)
+    return max(touched_blocks(q, q.groups[i]), 1)
 
 
 def draw_row(row: Sequence[bool], count: int, marked: Sequence[int] = ()) -> str:
@@ -61,6 +59,13 @@ def draw(
     return "\n".join(lines)
 
 
+def run_text(run: range) -> str:
+    """A run of blocks as people write it: ``3``, ``3, 4`` or ``3 … 9``."""
+    if len(run) <= 2:
+        return ", ".join(map(str, run))
+    return f"{run.start} … {run.stop - 1}"
+
+
 def explain(q: Query, length: int) -> str:
     """Why a hit of ``length`` is invalid (which group needs which block), or that it is valid."""
     found = misses(q, length)
@@ -69,8 +74,9 @@ def explain(q: Query, length: int) -> str:
     parts = []
     for miss in found:
         if miss.missing:
-            noun = "block" if len(miss.missing) == 1 else "blocks"
-            listed = ", ".join(map(str, miss.missing))
+            count = sum(len(run) for run in miss.missing)
+            noun = "block" if count == 1 else "blocks"
+            listed = ", ".join(map(run_text, miss.missing))
             parts.append(f"group {miss.group} needs {noun} {listed} at L={length}, not cached")
         if miss.past_request:
             parts.append(

@@ -15,43 +15,25 @@ Built-ins are imported only when asked for, so ``vllm`` costs nothing unless use
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
-from kvhit.model.algorithms import fixed_point, min_of_groups
+from kvhit.errors import TargetError, UndrivableTarget
+from kvhit.importing import import_attr
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import answer_at
+from kvhit.reference import fixed_point_answer, min_of_groups_answer
 
 Target = Callable[[dict[str, Any]], Any]
 
 
-class TargetError(Exception):
-    """A target that cannot be found or loaded."""
-
-
-class UndrivableTarget(TargetError):
-    """A target that is installed but cannot be driven (say, an engine release that
-    lacks what the target calls); its message says why."""
-
-
-class Unsupported(Exception):
-    """Raised by a target for a configuration it refuses (an engine's own asserts).
-
-    The harness reports it as the class ``unsupported``, not as a disagreement.
-    """
-
-
 def model_target(query: dict[str, Any]) -> dict[str, Any]:
     """The reference: the fixed point, with the blocks the spec reuses there."""
-    q = parse_query(query)
-    return answer_at(q, fixed_point(q)).to_json()
+    return fixed_point_answer(parse_query(query)).to_json()
 
 
 def seed_min_target(query: dict[str, Any]) -> dict[str, Any]:
     """The rejected PR: the min of the per-group hits (known wrong, only ever unsafe)."""
-    q = parse_query(query)
-    return answer_at(q, min_of_groups(q)).to_json()
+    return min_of_groups_answer(parse_query(query)).to_json()
 
 
 BUILTINS: dict[str, str] = {
@@ -69,13 +51,12 @@ INSTALL_HINTS = {"vllm": VLLM_HINT, "vllm-undocumented": VLLM_HINT}
 def load_callable(spec: str) -> Target:
     """Import ``module:function`` and return the function."""
     module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise TargetError(f"target {spec!r}: expected module:function")
     try:
-        module = importlib.import_module(module_name)
+        func = import_attr(spec)
+    except ValueError:
+        raise TargetError(f"target {spec!r}: expected module:function") from None
     except ImportError as err:
         raise TargetError(f"target {spec!r}: cannot import {module_name} ({err})") from None
-    func = getattr(module, attr, None)
     if not callable(func):
         raise TargetError(f"target {spec!r}: {module_name} has no callable {attr!r}")
     return func

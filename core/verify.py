@@ -2,21 +2,21 @@
 
 A section is a function ``(console, quick) -> bool`` that prints its own part of the
 report and says whether everything in it held. The first section reproduces the three
-facts of DESIGN.md §1 ("the seed example, made exact") from the files in examples/.
+facts of docs/design.md §1.5 ("the seed example, made exact") from the files in examples/.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from importlib import resources
 
 from rich.console import Console
 
-from kvhit.cli import check_report, check_text
+from kvhit.check import check_report, check_text
+from kvhit.importing import import_attr
 from kvhit.model.protocol import parse_query
 
-# The facts DESIGN.md §1 states about each example: what min-of-groups says, and L*.
+# The facts docs/design.md §1.5 states about each example: what min-of-groups says, and L*.
 SEED_FACTS = {
     "seed_reviewer_as_written.json": (
         "as the reviewer wrote it, windows 2 and 3: not a counterexample",
@@ -34,7 +34,7 @@ SEED_FACTS = {
 
 
 def examples_section(console: Console, quick: bool) -> bool:
-    """Check each seed example reproduces the fact DESIGN.md §1 states."""
+    """Check each seed example reproduces the fact docs/design.md §1.5 states."""
     console.rule("the seed example, made exact")
     ok = True
     for name, (fact, expected) in SEED_FACTS.items():
@@ -56,9 +56,7 @@ def run_sections(sections: list[tuple[str, str]], quick: bool) -> bool:
     console = Console(highlight=False, soft_wrap=True)
     results = []
     for name, spec in sections:
-        module, _, attr = spec.partition(":")
-        section = getattr(importlib.import_module(module), attr)
-        results.append((name, section(console, quick)))
+        results.append((name, import_attr(spec)(console, quick)))
     console.rule("summary")
     for name, held in results:
         console.print(f"{name:12} {'[green]ok[/green]' if held else '[red]FAILED[/red]'}")

@@ -1,1 +1,1 @@
-"""The seed example, made exact (DESIGN.md §1), as protocol query files."""
+"""The seed example, made exact (docs/design.md §1.5), as protocol query files."""

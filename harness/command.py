@@ -11,6 +11,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,18 +21,19 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kvhit.cli import BadInput, read_queries
+from kvhit.errors import BadInput, TargetError
 from kvhit.harness import exhaustive
-from kvhit.harness.compare import CLASSES, json_safe, judge_reply
-from kvhit.harness.engine import Engine, Phase
+from kvhit.harness.compare import CLASSES, ReplyClass, json_safe, judge_reply
+from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.exhaustive import Scope
-from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_cases, run_gate, run_phases
-from kvhit.harness.random_cases import CHOICES
+from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
+from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
+from kvhit.harness.random_cases import CHOICES, Choice, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
-from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, open_target
+from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
+from kvhit.inputs import read_queries, read_text
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
-from kvhit.targets import TargetError
 
 DEFAULT_OUT = "kvhit-disagreements"
 FUZZ_SECONDS = 10.0
@@ -50,6 +52,12 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 default=DEFAULT_TIMEOUT,
                 show_default=True,
                 help="Per-call limit in seconds.",
+            ),
+            click.option(
+                "--isolate",
+                is_flag=True,
+                help="Run a --target in a worker process, so a target that crashes the "
+                "interpreter (native code, os._exit) is a crash, not the end of the run.",
             ),
         ]
     ):
@@ -78,15 +86,23 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 "--out", default=DEFAULT_OUT, show_default=True, help="Replay files go here."
             ),
             click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
+            click.option(
+                "--jobs",
+                type=click.IntRange(min=1),
+                default=default_jobs,
+                show_default="the cores",
+                help="Split the cases over N processes (same seed and N, same cases).",
+            ),
+            click.option(
+                "--ray",
+                "ray_address",
+                metavar="ADDRESS",
+                help="Run the --jobs on the Ray cluster at ADDRESS ('local': start one here).",
+            ),
         ]
     ):
         func = option(func)
     return target_options(func)
-
-
-def label_of(target: str | None, target_cmd: str | None) -> str:
-    """How the report names the target."""
-    return target if target is not None else f"cmd:{target_cmd}"
 
 
 def target_flag(target: str | None, target_cmd: str | None) -> str:
@@ -99,10 +115,12 @@ def target_flag(target: str | None, target_cmd: str | None) -> str:
 
 
 @contextmanager
-def opened(target: str | None, target_cmd: str | None, timeout: float) -> Iterator[Runner]:
+def opened(
+    target: str | None, target_cmd: str | None, timeout: float, isolate: bool = False
+) -> Iterator[Runner]:
     """The target's runner, closed afterwards; BadInput if it cannot be loaded."""
     try:
-        runner = open_target(target, target_cmd, timeout)
+        runner = open_target(target, target_cmd, timeout, isolate)
     except TargetError as err:
         raise BadInput(str(err)) from None
     try:
@@ -113,13 +131,18 @@ def opened(target: str | None, target_cmd: str | None, timeout: float) -> Iterat
         runner.close()
 
 
-def counts_text(engine: Engine) -> str:
+def counts_text(engine: Engine | Tally) -> str:
     """Live counts by class, e.g. ``ok 120  unsafe 3``."""
-    order = ["ok", *CLASSES, "unsupported"]
-    return "  ".join(f"{cls} {engine.counts[cls]}" for cls in order if engine.counts[cls])
+    return text_of(engine.counts)
 
 
-def summary(engine: Engine, seconds: float) -> dict[str, Any]:
+def text_of(counts: Counter[str]) -> str:
+    """Counts by class, e.g. ``ok 120  unsafe 3``."""
+    order = [ReplyClass.OK, *CLASSES, ReplyClass.UNSUPPORTED]
+    return "  ".join(f"{cls} {counts[cls]}" for cls in order if counts[cls])
+
+
+def summary(engine: Tally, seconds: float) -> dict[str, Any]:
     """The JSON report of a run."""
     return {
         "target": engine.target,
@@ -128,15 +151,20 @@ def summary(engine: Engine, seconds: float) -> dict[str, Any]:
         "counts": dict(engine.counts),
         "phases": dict(engine.by_phase),
         "disagreements": [d.to_json() for d in engine.found],
-        "files": [str(path) for path in engine.saved],
+        "files": [str(path) for path in engine.files],
+        "interrupted": engine.interrupted,
     }
 
 
 def run_with_progress(
-    engine: Engine, phases: list[Phase], console: Console, total: int | None = None
-) -> float:
-    """Run the phases with a progress bar (of ``total`` cases, when known) and live
-    counts; the seconds taken."""
+    campaign: Campaign,
+    jobs: int,
+    ray_address: str | None,
+    console: Console,
+    total: int | None = None,
+) -> tuple[Tally, float]:
+    """Run the campaign with a progress bar (of ``total`` cases, when known) and live
+    counts, then draw each disagreement kept; the tally and the seconds taken."""
     columns = [
         TextColumn("{task.description}"),
         BarColumn(),
@@ -145,56 +173,57 @@ def run_with_progress(
         TextColumn("{task.fields[counts]}"),
     ]
     start = time.monotonic()
+    where = f" on {jobs} jobs" if jobs > 1 or ray_address else ""
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("starting", total=total, counts="")
+        task = progress.add_task(f"checking{where}", total=total, counts="")
         shown = [0.0]
 
-        def tick(e: Engine) -> None:
+        def tick(cases: int, counts: Counter[str]) -> None:
             now = time.monotonic()
             if now - shown[0] > 0.1:
                 shown[0] = now
-                progress.update(task, description=e.phase, completed=e.cases, counts=counts_text(e))
+                progress.update(task, completed=cases, counts=text_of(counts))
 
-        def found(d: Disagreement, path: Path | None) -> None:
-            progress.console.print(f"[bold red]{d.cls}[/bold red] saved to {path}")
-            progress.console.print(d.render(), markup=False)
+        try:
+            tally = run_campaign(campaign, jobs, ray_address, tick)
+        except TargetError as err:
+            raise BadInput(str(err)) from None
+        progress.update(task, completed=tally.cases, counts=counts_text(tally), total=tally.cases)
+    for d, path in zip(tally.found, tally.saved):
+        console.print(f"[bold red]{d.cls}[/bold red] saved to {path}")
+        console.print(d.render(), markup=False)
+    return tally, time.monotonic() - start
 
-        engine.on_case, engine.on_found = tick, found
-        run_phases(engine, phases)
-        progress.update(
-            task, completed=engine.cases, counts=counts_text(engine), total=engine.cases
-        )
-    return time.monotonic() - start
 
-
-def finish(engine: Engine, seconds: float, as_json: bool, console: Console, flag: str) -> None:
-    """Print the summary (or the JSON report) and exit 1 if anything disagreed;
-    ``flag`` names the target in the replay hint."""
+def finish(engine: Tally, seconds: float, as_json: bool, console: Console, flag: str) -> None:
+    """Print the summary (or the JSON report) and exit 1 if anything disagreed, 130 if
+    Ctrl-C stopped the run; ``flag`` names the target in the replay hint."""
     if as_json:
         click.echo(json.dumps(summary(engine, seconds)))
     else:
+        stopped = "interrupted after " if engine.interrupted else ""
         console.print(
-            f"{engine.target}: {engine.cases} cases in {seconds:.1f} s: {counts_text(engine)}"
+            f"{engine.target}: {stopped}{engine.cases} cases in {seconds:.1f} s: "
+            f"{counts_text(engine)}"
         )
-        if engine.found:
-            files = " ".join(map(str, engine.saved))
+        if engine.files:
+            files = " ".join(map(str, engine.files))
             console.print(f"replay with: kvhit replay {files} {flag}")
         else:
             console.print("no disagreement found")
-    sys.exit(1 if engine.disagreements else 0)
+    sys.exit(130 if engine.interrupted else 1 if engine.disagreements else 0)
 
 
-def check_kinds(kinds: str | None) -> tuple[str, ...]:
-    """``--kinds full,mamba,eagle`` as a tuple; BadInput naming an unknown kind."""
+def check_kinds(kinds: str | None) -> tuple[Choice, ...]:
+    """``--kinds full,mamba,eagle`` as choices; BadInput naming an unknown kind."""
     if kinds is None:
         return CHOICES
-    picked = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    unknown = [k for k in picked if k not in CHOICES]
-    if unknown or not picked:
-        raise BadInput(
-            f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; "
-            f"choose from {', '.join(CHOICES)}"
-        )
+    try:
+        picked = choices(k.strip() for k in kinds.split(",") if k.strip())
+    except ValueError as err:
+        raise BadInput(f"--kinds: {err}") from None
+    if not picked:
+        raise BadInput(f"--kinds: no kind given; choose from {', '.join(CHOICES)}")
     return picked
 
 
@@ -220,11 +249,9 @@ def harness_command(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def every_state_phases(
-    path: str, seconds: float | None, cases: int | None
-) -> tuple[list[Phase], int]:
-    """One exhaustive phase per query in ``path``, and the number of states in all;
-    BadInput if the file is bad or holds more than :data:`MAX_STATES` states."""
+def every_state_scopes(path: str) -> list[tuple[str, Scope]]:
+    """The scope of each query in ``path``; BadInput if the file is bad or they hold
+    more than :data:`MAX_STATES` states in all."""
     scopes = [
         (label, Scope.of(q.groups, q.max_length, q.num_tokens, q.alignment))
         for label, q in read_queries(path)
@@ -232,8 +259,14 @@ def every_state_phases(
     total = sum(scope.states for _, scope in scopes)
     if total > MAX_STATES:
         raise BadInput(f"{path}: {total:,} cache states; at most {MAX_STATES:,} (2^24) are checked")
-    phases = [Phase(label, exhaustive.cases(scope), seconds, cases) for label, scope in scopes]
-    return phases, total if cases is None else min(total, cases)
+    return scopes
+
+
+def scope_phases(
+    scopes: list[tuple[str, Scope]], seconds: float | None, cases: int | None
+) -> list[Phase]:
+    """One exhaustive phase per scope, each bounded by ``seconds`` and ``cases``."""
+    return [Phase(label, exhaustive.cases(scope), seconds, cases) for label, scope in scopes]
 
 
 @click.command()
@@ -258,11 +291,14 @@ def fuzz(
     target: str | None,
     target_cmd: str | None,
     timeout: float,
+    isolate: bool,
     seconds: float | None,
     cases: int | None,
     seed: int,
     out: str,
     as_json: bool,
+    jobs: int,
+    ray_address: str | None,
     max_blocks: int,
     kinds: str | None,
     scope_file: str | None,
@@ -275,16 +311,20 @@ def fuzz(
     picked = check_kinds(kinds)
     if seconds is None and cases is None and scope_file is None:
         seconds = FUZZ_SECONDS
+    phases: Callable[[], list[Phase]]
+    total: int | None
     if scope_file is not None:
-        phases, total = every_state_phases(scope_file, seconds, cases)
+        scopes = every_state_scopes(scope_file)
+        states = sum(scope.states for _, scope in scopes)
+        total = states if cases is None else min(states, cases * len(scopes))
+        phases = functools.partial(scope_phases, scopes, seconds, cases)
     else:
-        phases = [Phase("random", random_cases(seed, max_blocks, picked), seconds, cases)]
+        phases = functools.partial(random_phases, seed, max_blocks, picked, seconds, cases)
         total = cases
     console = reporting_console(as_json)
-    with opened(target, target_cmd, timeout) as runner:
-        engine = Engine(runner, label_of(target, target_cmd), Path(out))
-        took = run_with_progress(engine, phases, console, total=total)
-    finish(engine, took, as_json, console, target_flag(target, target_cmd))
+    campaign = Campaign(target, target_cmd, timeout, phases, Path(out), isolate=isolate)
+    tally, took = run_with_progress(campaign, jobs, ray_address, console, total=total)
+    finish(tally, took, as_json, console, target_flag(target, target_cmd))
 
 
 @click.command()
@@ -296,11 +336,14 @@ def gate(
     target: str | None,
     target_cmd: str | None,
     timeout: float,
+    isolate: bool,
     seconds: float | None,
     cases: int | None,
     seed: int,
     out: str,
     as_json: bool,
+    jobs: int,
+    ray_address: str | None,
     junit: str | None,
     keep_going: bool,
 ) -> None:
@@ -308,14 +351,14 @@ def gate(
     for --seconds (default 20). Stops at the first disagreement unless --keep-going."""
     console = reporting_console(as_json)
     budget = DEFAULT_SECONDS if seconds is None else seconds
-    with opened(target, target_cmd, timeout) as runner:
-        engine = Engine(
-            runner, label_of(target, target_cmd), Path(out), stop_at_first=not keep_going
-        )
-        took = run_with_progress(engine, gate_phases(budget, seed, cases=cases), console)
+    phases = functools.partial(gate_phases, budget, seed, cases=cases)
+    campaign = Campaign(
+        target, target_cmd, timeout, phases, Path(out), not keep_going, isolate=isolate
+    )
+    tally, took = run_with_progress(campaign, jobs, ray_address, console)
     if junit:
-        Path(junit).write_text(junit_xml(engine.target, engine.cases, took, engine.found))
-    finish(engine, took, as_json, console, target_flag(target, target_cmd))
+        Path(junit).write_text(junit_xml(tally.target, tally.cases, took, tally.found))
+    finish(tally, took, as_json, console, target_flag(target, target_cmd))
 
 
 @click.command()
@@ -328,29 +371,31 @@ def replay(
     target: str | None,
     target_cmd: str | None,
     timeout: float,
+    isolate: bool,
     as_json: bool,
 ) -> None:
     """Rerun saved disagreements (or plain queries) against a target."""
     loaded = []
     for name in files:
         try:
-            loaded.append((name, *load_disagreement(Path(name).read_text(encoding="utf-8"))))
-        except (QueryError, UnicodeDecodeError) as err:
+            loaded.append((name, *load_disagreement(read_text(name))))
+        except QueryError as err:
             raise BadInput(f"{name}: {err}") from None
     label = label_of(target, target_cmd)
     failed = 0
-    with opened(target, target_cmd, timeout) as runner:
+    with opened(target, target_cmd, timeout, isolate) as runner:
         for name, q, saved in loaded:
             reply = runner(q.to_json())
             outcome = judge_reply(q, reply, longest_hit(q))
             failed += outcome.disagrees
             d = Disagreement(label, outcome.cls, q, json_safe(reply.value), outcome.reason)
+            was = f" (saved as {saved})" if saved else ""
             if as_json:
                 click.echo(json.dumps({"file": name, "saved_class": saved, **d.to_json()}))
             elif outcome.disagrees:
-                click.echo(f"{name}: still {outcome.cls} (saved as {saved})\n{d.render()}")
+                click.echo(f"{name}: still {outcome.cls}{was}\n{d.render()}")
             else:
-                click.echo(f"{name}: {outcome.cls} now (saved as {saved}), L* = {outcome.length}")
+                click.echo(f"{name}: {outcome.cls} now{was}, L* = {outcome.length}")
     sys.exit(1 if failed else 0)
 
 

@@ -1,4 +1,4 @@
-"""Judging a target's reply against the reference answer L* (DESIGN.md §5).
+"""Judging a target's reply against the reference answer L* (docs/design.md §5.3).
 
 Classes of disagreement, worst first:
 
@@ -18,7 +18,7 @@ Classes of disagreement, worst first:
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}],
     ...                  "cached": ["10"], "max_length": 2})
     >>> judge_reply(q, Reply("answer", 2), longest_hit(q)).cls
-    'unsafe'
+    <ReplyClass.UNSAFE: 'unsafe'>
     >>> judge_reply(q, Reply("answer", {"length": 1, "blocks": [[1]]}), longest_hit(q)).reason
     'group 0 lists block 1, which is not cached'
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from kvhit.draw import explain
@@ -34,8 +35,23 @@ from kvhit.harness.runner import Reply
 from kvhit.model.ops import PY
 from kvhit.model.spec import Answer, Query, reused_blocks
 
-CLASSES = ("unsafe", "lost_reuse", "wrong_blocks", "crash", "timeout", "bad_return")
-NOT_DISAGREEMENTS = ("ok", "unsupported")
+
+class ReplyClass(StrEnum):
+    """The class of a reply (the table above); a member equals its name as a string."""
+
+    OK = "ok"
+    UNSAFE = "unsafe"
+    LOST_REUSE = "lost_reuse"
+    WRONG_BLOCKS = "wrong_blocks"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    BAD_RETURN = "bad_return"
+    UNSUPPORTED = "unsupported"
+
+
+NOT_DISAGREEMENTS = (ReplyClass.OK, ReplyClass.UNSUPPORTED)
+CLASSES = tuple(c for c in ReplyClass if c not in NOT_DISAGREEMENTS)
+"""The disagreement classes, worst first."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +59,7 @@ class Outcome:
     """The class of one reply (``ok``, ``unsupported`` or one of :data:`CLASSES`),
     the length the target gave (when it gave one) and the reason, for people."""
 
-    cls: str
+    cls: ReplyClass
     length: int | None = None
     reason: str = ""
 
@@ -121,14 +137,16 @@ def blocks_problem(q: Query, length: int, blocks: list[list[int]]) -> str:
 def judge_reply(q: Query, reply: Reply, best: Answer) -> Outcome:
     """The class of ``reply`` to query ``q`` whose reference answer is ``best``."""
     if reply.status != "answer":
-        return Outcome(reply.status, reason=reply.detail)
+        return Outcome(ReplyClass(reply.status), reason=reply.detail)
     try:
         length, blocks = decode_answer(q, reply.value)
     except BadReturn as err:
-        return Outcome("bad_return", reason=str(err))
+        return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
     if length > best.length:
-        return Outcome("unsafe", length, explain(q, length))
+        return Outcome(ReplyClass.UNSAFE, length, explain(q, length))
     if length < best.length:
-        return Outcome("lost_reuse", length, f"L={best.length} is valid for every group")
+        return Outcome(ReplyClass.LOST_REUSE, length, f"L={best.length} is valid for every group")
     problem = blocks_problem(q, length, blocks) if blocks is not None else ""
-    return Outcome("wrong_blocks", length, problem) if problem else Outcome("ok", length)
+    if problem:
+        return Outcome(ReplyClass.WRONG_BLOCKS, length, problem)
+    return Outcome(ReplyClass.OK, length)

@@ -1,126 +1,28 @@
 """A corpus of hard states: where known-wrong algorithms differ from L*, and boundaries.
 
-The solver part runs the model's own finders on Z3 terms (:class:`Z3Ops`, with one
-symbolic :class:`SymRow` per group) and asks for cache states where an algorithm
-that engines really shipped differs from L*:
+The solver states (cache states where an algorithm engines really shipped differs
+from L*) are found once by :mod:`kvhit.harness.corpus_solver` and kept in
+``corpus.json`` next to this module; reading them needs no solver, so the gate does
+not load z3. The boundary states (windows, chunks, alignments and M at and around
+block and alignment boundaries, with one hole at each block) are cheap and built on
+the fly.
 
-- ``min_of_groups``: the min of the per-group hits (the rejected PR);
-- ``single_pass``: the fixed point without the repeat;
-- ``eagle_every_pass``: an eagle group that drops its last block on every pass
-  instead of once per candidate (the spiral that sent hit rates to 0).
-
-Solving takes a while, so the states are generated once by running this module
-(``python -m kvhit.harness.corpus``) and kept in ``corpus.json`` next to it; the
-tests check every stored state still shows its disagreement and regenerate a part.
-The boundary part (windows, chunks, alignments and M at and around block and
-alignment boundaries, with one hole at each block) is cheap and built on the fly.
+    >>> entry = stored()[0]
+    >>> sorted(entry), entry["wrong"]
+    (['query', 'wrong'], 'min_of_groups')
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from importlib import resources
-from itertools import product
-from pathlib import Path
 from typing import Any
 
-import z3
-
-from kvhit.harness.exhaustive import gate_groups
-from kvhit.model.algorithms import (
-    fixed_point_of,
-    max_passes,
-    min_of_groups,
-    single_pass,
-    top_length,
-)
-from kvhit.model.finders import find
-from kvhit.model.ops import PY, Ops
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query, default_alignment, valid
-from kvhit.proofs.symbolic import SymRow, Z3Ops
+from kvhit.model.spec import Group, Query
 
 CORPUS_FILE = "corpus.json"
-
-
-def eagle_every_pass(q: Query, ops: Ops = PY) -> Any:
-    """The fixed point where each eagle group finds its hit as a plain group and then
-    drops one block, on every pass (known wrong: it spirals down)."""
-
-    def spiral(g: Group, row: Any) -> Callable[[Any], Any]:
-        plain = Group(g.kind, g.block_size, g.window, g.chunk)
-
-        def f(m: Any) -> Any:
-            hit = find(plain, row, m, q.alignment, q.num_tokens, ops)
-            dropped = ops.max(0, hit - g.block_size)
-            return ops.div(dropped, q.alignment) * q.alignment
-
-        return f
-
-    finders = [
-        spiral(g, row)
-        if g.eagle
-        else (lambda m, g=g, row=row: find(g, row, m, q.alignment, q.num_tokens, ops))
-        for g, row in zip(q.groups, q.cached)
-    ]
-    return fixed_point_of(finders, top_length(q, ops), max_passes(q, ops), ops)
-
-
-KNOWN_WRONG: dict[str, Callable[..., Any]] = {
-    "min_of_groups": min_of_groups,
-    "single_pass": single_pass,
-    "eagle_every_pass": eagle_every_pass,
-}
-
-
-def symbolic_best(q: Query, ops: Ops) -> Any:
-    """L* as a term: the longest candidate at which every group is valid."""
-    best: Any = 0
-    for length in reversed(q.candidates()):
-        every = ops.and_(
-            *(valid(g, r, length, q.num_tokens, ops) for g, r in zip(q.groups, q.cached))
-        )
-        best = ops.ite(every, length, best)
-    return best
-
-
-def solve_state(groups: tuple[Group, ...], max_length: int, algorithm: str) -> Query | None:
-    """A cache state of ``groups`` with M = ``max_length`` where ``algorithm`` differs
-    from L*, using as few cached blocks as the solver finds first; None if there is none."""
-    alignment = default_alignment(groups)
-    blocks = [max_length // g.block_size + 1 for g in groups]
-    rows = tuple(SymRow.fresh(f"row{i}", n) for i, n in enumerate(blocks))
-    q = Query(groups, rows, max_length, max_length + 1, alignment)
-    ops = Z3Ops(bound=max(blocks))
-    solver = z3.Solver()
-    solver.add(KNOWN_WRONG[algorithm](q, ops) != symbolic_best(q, ops))
-    if solver.check() != z3.sat:
-        return None
-    model = solver.model()
-    cached = tuple(tuple(r.values(model, n)) for r, n in zip(rows, blocks))
-    return Query(groups, cached, max_length, max_length + 1, alignment)
-
-
-def solver_configs() -> Iterator[tuple[str, tuple[Group, ...], int]]:
-    """(algorithm, groups, M) for every search: pairs of small groups at M = 5, and
-    for the eagle spiral every pair with an eagle group."""
-    groups = gate_groups()
-    for pair in product(groups, repeat=2):
-        for algorithm in ("min_of_groups", "single_pass"):
-            yield algorithm, pair, 5
-        if any(g.eagle for g in pair):
-            yield "eagle_every_pass", pair, 5
-
-
-def generate() -> list[dict[str, Any]]:
-    """Every corpus entry: the algorithm that is wrong on it and the query."""
-    out = []
-    for algorithm, groups, max_length in solver_configs():
-        q = solve_state(groups, max_length, algorithm)
-        if q is not None:
-            out.append({"wrong": algorithm, "query": q.to_json()})
-    return out
 
 
 def stored() -> list[dict[str, Any]]:
@@ -183,15 +85,3 @@ def corpus_queries() -> Iterator[Query]:
     """The whole corpus: the solver states, then the boundary states."""
     yield from solver_queries()
     yield from boundary_queries()
-
-
-def write(path: Path) -> int:
-    """Generate the solver corpus into ``path``; how many entries."""
-    entries = generate()
-    lines = ",\n".join(json.dumps(entry) for entry in entries)
-    path.write_text(f"[\n{lines}\n]\n", encoding="utf-8")
-    return len(entries)
-
-
-if __name__ == "__main__":
-    print(write(Path(__file__).with_name(CORPUS_FILE)), "entries")

@@ -10,7 +10,7 @@ disagreement of each class is shrunk (keeping its class), saved, then reported t
     >>> engine = Engine(open_target("seed-min"), "seed-min")
     >>> engine.run(Phase("random", ((q, None) for q in random_queries(1, 300))))
     True
-    >>> [d.cls for d in engine.found], len(engine.found[0].query.groups)
+    >>> [str(d.cls) for d in engine.found], len(engine.found[0].query.groups)
     (['unsafe'], 2)
 """
 
@@ -19,7 +19,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,52 @@ Case = tuple[Query, Answer | None]  # the query and, when the source knows it, L
 
 @dataclass
 class Phase:
-    """A named stream of cases, checked until it ends, ``limit`` cases are checked or
-    ``seconds`` pass (None: no bound)."""
+    """A named stream of cases, checked until it ends, the cases numbered ``limit`` and
+    on are reached, or ``seconds`` pass (None: no bound).
+
+    ``start`` and ``step`` pick one job's share of the stream (:mod:`kvhit.harness.jobs`):
+    the cases numbered ``start``, ``start + step``, … Cases keep their numbers in the
+    whole stream, so ``limit`` bounds all jobs together.
+    """
 
     name: str
     cases: Iterable[Case]
     seconds: float | None = None
     limit: int | None = None
+    start: int = 0
+    step: int = 1
+
+    def share(self, job: int, jobs: int) -> Phase:
+        """Job ``job``'s share of this phase when ``jobs`` jobs split it."""
+        return replace(self, start=job, step=jobs)
+
+
+@dataclass
+class Tally:
+    """What a run checked and found: what its report is made of.
+
+    ``found[i]`` was first seen at case ``found_at[i]`` (see :attr:`Engine.position`)
+    and saved to ``saved[i]`` (None when the run keeps no files).
+    """
+
+    target: str
+    cases: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    by_phase: Counter[str] = field(default_factory=Counter)
+    found: list[Disagreement] = field(default_factory=list)
+    found_at: list[tuple[int, int]] = field(default_factory=list)
+    saved: list[Path | None] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C stopped the run before its end
+
+    @property
+    def disagreements(self) -> int:
+        """How many cases disagreed (all classes, shrunk or not)."""
+        return sum(n for cls, n in self.counts.items() if cls not in NOT_DISAGREEMENTS)
+
+    @property
+    def files(self) -> list[Path]:
+        """The replay files written."""
+        return [path for path in self.saved if path is not None]
 
 
 @dataclass
@@ -52,14 +92,21 @@ class Engine:
     out_dir: Path | None = None
     on_found: Callable[[Disagreement, Path | None], None] = lambda d, path: None
     on_case: Callable[[Engine], None] = lambda engine: None
+    proceed: Callable[[Engine], bool] = lambda engine: True
+    """Asked before each case (whose place is :attr:`position`); False stops the run."""
     stop_at_first: bool = False
     shrink_seconds: float = 10.0
     cases: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     by_phase: Counter[str] = field(default_factory=Counter)
     found: list[Disagreement] = field(default_factory=list)
-    saved: list[Path] = field(default_factory=list)
+    saved: list[Path | None] = field(default_factory=list)
     phase: str = ""
+    phases_run: int = 0
+    position: tuple[int, int] = (0, 0)
+    """The case being checked: (its phase's place in the run, its number in the phase)."""
+    found_at: list[tuple[int, int]] = field(default_factory=list)
+    """The :attr:`position` where each disagreement in :attr:`found` was first seen."""
 
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
         """Run the target on ``q`` and classify its reply; also the raw answer."""
@@ -69,44 +116,74 @@ class Engine:
 
     def check(self, q: Query, best: Answer | None = None) -> Outcome:
         """Check one case; shrink, save and report it if it is a new class."""
-        outcome, _ = self.judge(q, best)
+        outcome, answer = self.judge(q, best)
         self.cases += 1
         self.counts[outcome.cls] += 1
         self.by_phase[self.phase] += 1
         if outcome.disagrees and outcome.cls not in {d.cls for d in self.found}:
-            self.report(q, outcome.cls)
+            self.found_at.append(self.position)
+            self.report(
+                Disagreement(self.target, outcome.cls, q, json_safe(answer), outcome.reason)
+            )
         return outcome
 
-    def report(self, q: Query, cls: str) -> Disagreement:
-        """Shrink ``q`` keeping class ``cls``, save it, then hand it to ``on_found``."""
-        small = shrink(q, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
+    def keep(self, d: Disagreement) -> Path | None:
+        """Save ``d`` into the out dir (when there is one); the path."""
+        return save(d, self.out_dir) if self.out_dir is not None else None
+
+    def report(self, seen: Disagreement) -> Disagreement:
+        """Save the disagreement as seen, shrink it keeping its class, save the shrunk
+        one in its place, then hand it to ``on_found``. What was seen is on disk (and
+        in :attr:`found`) before shrinking starts, so a run stopped while shrinking
+        keeps it."""
+        self.found.append(seen)
+        self.saved.append(first := self.keep(seen))
+        cls = seen.cls
+        small = shrink(seen.query, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
         outcome, answer = self.judge(small)
-        if outcome.cls != cls:  # a target that is not deterministic: keep what was seen
-            small, (outcome, answer) = q, self.judge(q)
-        found = Disagreement(self.target, outcome.cls, small, json_safe(answer), outcome.reason)
-        self.found.append(found)
-        path = save(found, self.out_dir) if self.out_dir is not None else None
-        if path is not None:
-            self.saved.append(path)
+        found = seen  # kept when the target is not deterministic
+        if outcome.cls == cls:
+            found = Disagreement(self.target, cls, small, json_safe(answer), outcome.reason)
+        path = self.keep(found)
+        if first is not None and first != path:
+            first.unlink(missing_ok=True)
+        self.found[-1], self.saved[-1] = found, path
         self.on_found(found, path)
         return found
 
     def run(self, phase: Phase) -> bool:
         """Check a phase's cases; False if it stopped at a disagreement (``stop_at_first``)."""
         self.phase = phase.name
+        self.phases_run += 1
         deadline = None if phase.seconds is None else time.monotonic() + phase.seconds
-        for number, (q, best) in enumerate(phase.cases):
+        numbered = islice(enumerate(phase.cases), phase.start, None, phase.step)
+        for number, (q, best) in numbered:
             if phase.limit is not None and number >= phase.limit:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
+            self.position = (self.phases_run - 1, number)
+            if not self.proceed(self):
+                return False
             self.check(q, best)
             self.on_case(self)
             if self.stop_at_first and self.found:
                 return False
         return True
 
+    def tally(self) -> Tally:
+        """The run so far, for reports (a copy: the engine may go on)."""
+        return Tally(
+            self.target,
+            self.cases,
+            Counter(self.counts),
+            Counter(self.by_phase),
+            list(self.found),
+            list(self.found_at),
+            list(self.saved),
+        )
+
     @property
     def disagreements(self) -> int:
         """How many cases disagreed (all classes, shrunk or not)."""
-        return sum(n for cls, n in self.counts.items() if cls not in NOT_DISAGREEMENTS)
+        return self.tally().disagreements

@@ -26,7 +26,16 @@ from itertools import product
 
 import torch
 
-from kvhit.model.spec import Answer, Group, Query, answer_at, default_alignment, needed_blocks
+from kvhit.model.spec import (
+    Answer,
+    Group,
+    Query,
+    answer_at,
+    default_alignment,
+    needed_blocks,
+    past_request,
+    touched_blocks,
+)
 
 BATCH = 1 << 20
 
@@ -58,7 +67,7 @@ class Scope:
 
     def blocks(self) -> list[int]:
         """How many blocks of each group a hit can touch."""
-        return [self.template.top // g.block_size + int(g.eagle) for g in self.groups]
+        return [touched_blocks(self.template, g) for g in self.groups]
 
     def offsets(self) -> list[int]:
         """The bit of ``code`` that holds block 0 of each group."""
@@ -78,7 +87,7 @@ class Scope:
         too short for an eagle group's next block."""
         mask = 0
         for g, at in zip(self.groups, self.offsets()):
-            if g.eagle and length > 0 and length + g.block_size > self.template.num_tokens:
+            if past_request(g, length, self.template.num_tokens):
                 return None
             for j in needed_blocks(g, length):
                 mask |= 1 << (at + j)

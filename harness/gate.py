@@ -35,6 +35,13 @@ def random_cases(seed: int, max_blocks: int, kinds: Sequence[str]) -> Iterator[C
     return ((q, None) for q in random_queries(seed, None, max_blocks, kinds))
 
 
+def random_phases(
+    seed: int, max_blocks: int, kinds: Sequence[str], seconds: float | None, cases: int | None
+) -> list[Phase]:
+    """``kvhit fuzz``'s one phase: seeded random queries for ``seconds`` or ``cases``."""
+    return [Phase("random", random_cases(seed, max_blocks, kinds), seconds, cases)]
+
+
 def gate_phases(
     seconds: float = DEFAULT_SECONDS,
     seed: int = 0,

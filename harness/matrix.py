@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from kvhit.cli import BadInput
+from kvhit.errors import BadInput
 from kvhit.harness.compare import CLASSES
 
 COLUMNS = ("ok", *CLASSES, "unsupported")

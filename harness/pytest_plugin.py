@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kvhit.harness.engine import Engine
-from kvhit.harness.runner import DEFAULT_TIMEOUT, CallableRunner, open_target
+from kvhit.harness.runner import DEFAULT_TIMEOUT, CallableRunner, Runner, open_target
 
 Gate = Callable[..., Engine]
 
@@ -38,6 +38,7 @@ def gate_or_fail(
     # asks for the fixture should not pay for at start-up.
     from kvhit.harness.gate import run_gate
 
+    runner: Runner
     if callable(target):
         runner, name = CallableRunner(target, timeout), getattr(target, "__name__", "target")
     else:

@@ -13,15 +13,51 @@ of the alignment, and rows that are mostly cached with a few holes.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from enum import StrEnum
 from itertools import count as forever
 from math import lcm
-from typing import Any
 
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import EAGLE_KINDS, KINDS, Query
+from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Kind, Query
 
-CHOICES = (*KINDS, "eagle")
+
+class Choice(StrEnum):
+    """What a generator may draw: a kind, or ``eagle`` (eagle flags allowed)."""
+
+    FULL = "full"
+    SLIDING_WINDOW = "sliding_window"
+    CHUNKED_LOCAL = "chunked_local"
+    MAMBA = "mamba"
+    EAGLE = "eagle"
+
+
+CHOICES = tuple(Choice)
+
+
+def choices(names: Iterable[str]) -> tuple[Choice, ...]:
+    """``names`` as choices; ValueError naming the first that is none.
+
+    >>> choices(["mamba", "eagle"])
+    (<Choice.MAMBA: 'mamba'>, <Choice.EAGLE: 'eagle'>)
+    >>> choices(["slidingwindow"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown kind 'slidingwindow'; choose from full, sliding_window, chunked_local, mamba, eagle
+    """
+    out = []
+    for name in names:
+        if name not in CHOICES:
+            raise ValueError(f"unknown kind {name!r}; choose from {', '.join(CHOICES)}")
+        out.append(Choice(name))
+    return tuple(out)
+
+
+def kinds_of(picked: Sequence[Choice]) -> list[Kind]:
+    """The kinds among the choices (full when only ``eagle`` is picked)."""
+    return [Kind(k) for k in picked if k in KINDS] or [Kind.FULL]
+
+
 BLOCK_SIZES = (1, 1, 1, 2, 4)
 
 
@@ -30,21 +66,37 @@ def near(rng: random.Random, unit: int, top: int) -> int:
     return max(1, unit * rng.randint(0, max(1, top // unit)) + rng.randint(-1, 1))
 
 
-def random_group(
-    rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int
-) -> dict[str, Any]:
-    """One group object of block size ``b``, its kind drawn from ``kinds`` (``eagle``
-    allows eagle flags)."""
-    base = [k for k in kinds if k in KINDS] or ["full"]
-    kind = rng.choice(base)
-    group: dict[str, Any] = {"kind": kind, "block_size": b}
-    if kind == "sliding_window":
-        group["window"] = near(rng, b, b * max_blocks)
-    if kind == "chunked_local":
-        group["chunk"] = near(rng, b, b * max_blocks)
-    if "eagle" in kinds and kind in EAGLE_KINDS and rng.random() < 0.3:
-        group["eagle"] = True
-    return group
+def make_group(
+    kinds: Sequence[str],
+    pick: Callable[[Sequence[Kind]], Kind],
+    block_size: Callable[[], int],
+    span: Callable[[int], int],
+    coin: Callable[[], bool],
+) -> Group:
+    """One group: its kind picked from ``kinds`` (``eagle`` there allows an eagle flag,
+    set when ``coin()`` says so), then its ``block_size()`` b, then a window or chunk of
+    ``span(b)`` tokens. Every generator builds its groups here, each drawing its own way.
+
+    >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
+    Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, eagle=True)
+    """
+    kind = pick(kinds_of(choices(kinds)))
+    b = block_size()
+    window = span(b) if kind == Kind.SLIDING_WINDOW else None
+    chunk = span(b) if kind == Kind.CHUNKED_LOCAL else None
+    eagle = Choice.EAGLE in kinds and kind in EAGLE_KINDS and coin()
+    return Group(kind, b, window, chunk, eagle)
+
+
+def random_group(rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int) -> Group:
+    """One group of block size ``b``, windows and chunks near multiples of ``b``."""
+    return make_group(
+        kinds,
+        rng.choice,
+        lambda: b,
+        lambda b: near(rng, b, b * max_blocks),
+        lambda: rng.random() < 0.3,
+    )
 
 
 def random_row(rng: random.Random, blocks: int) -> str:
@@ -66,10 +118,10 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     max_length = alignment * rng.randint(0, max(1, reach // alignment)) + rng.randint(-1, 1)
     max_length = max(0, min(max_length, reach))
     num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, common))
-    cached = [random_row(rng, max_length // g["block_size"] + 1) for g in groups]
+    cached = [random_row(rng, max_length // g.block_size + 1) for g in groups]
     return parse_query(
         {
-            "groups": groups,
+            "groups": [g.to_json() for g in groups],
             "cached": cached,
             "max_length": max_length,
             "num_tokens": num_tokens,

@@ -4,6 +4,14 @@ Every call returns a :class:`Reply`: the target's raw answer, or what went wrong
 (``crash``, ``timeout``, ``unsupported``, or ``bad_return`` when a subprocess printed
 something that is not JSON). Judging the answer is :mod:`kvhit.harness.compare`'s job.
 
+A Python target runs in this process (:class:`CallableRunner`), or isolated in a
+worker process (:class:`IsolatedRunner`, ``--isolate``), where a target that
+segfaults or calls ``os._exit`` ends only its worker: that call is a ``crash``, and
+the next call starts a new worker. A program (``--target-cmd``) always runs in its
+own process (:class:`CommandRunner`); the last lines of its stderr go into a crash's
+detail. Child processes get their own process group, so Ctrl-C reaches kvhit only
+and the run can end with its summary.
+
     >>> runner = open_target("model")
     >>> runner({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
     ...         "cached": [[True]], "max_length": 1, "num_tokens": 2, "alignment": 1})
@@ -19,18 +27,24 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kvhit import targets
-from kvhit.targets import TargetError, Unsupported
+from kvhit.errors import TargetError, Unsupported
 
 DEFAULT_TIMEOUT = 10.0
 STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
+WORKER_STARTUP = 120.0  # a worker imports kvhit and the target before it is ready
+STDERR_LINES = 8  # how much of a program's stderr a crash keeps
+
+
+Status = Literal["answer", "crash", "timeout", "unsupported", "bad_return"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +55,7 @@ class Reply:
     ``timeout``, ``unsupported`` or ``bad_return``; ``detail`` says more for a person.
     """
 
-    status: str
+    status: Status
     value: Any = None
     detail: str = ""
 
@@ -105,27 +119,57 @@ class CommandRunner:
     A program that hangs past the limit is killed and started again for the next
     call; one that exits is started again too. The first answer after a start may
     take :data:`STARTUP_GRACE` seconds longer (the program's own start-up). An answer
-    ``{"unsupported": "why"}`` is the program's way of refusing a configuration.
+    ``{"unsupported": "why"}`` is the program's way of refusing a configuration. The
+    program's stderr goes to a temporary file; a crash's detail ends with its last
+    :data:`STDERR_LINES` lines.
     """
 
-    def __init__(self, command: str, timeout: float):
-        self.argv = shlex.split(command)
+    def __init__(self, command: str | list[str], timeout: float):
+        self.argv = shlex.split(command) if isinstance(command, str) else command
         if not self.argv:
             raise TargetError("--target-cmd: empty command")
         self.timeout = timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending = b""
+        self.stderr: Any = None
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.pending = b""
+        self.stderr = tempfile.TemporaryFile()
         try:
             return subprocess.Popen(
-                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                process_group=0,
             )
         except OSError as err:
             raise TargetError(
                 f"--target-cmd: cannot start {self.argv[0]!r} ({err.strerror})"
             ) from None
+
+    def stderr_tail(self) -> str:
+        """The last lines the program wrote to stderr, for a crash's detail."""
+        if self.stderr is None:
+            return ""
+        self.stderr.seek(0, os.SEEK_END)
+        self.stderr.seek(max(0, self.stderr.tell() - 8192))
+        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
+        return "\n".join(lines[-STDERR_LINES:])
+
+    def crashed(self, what: str) -> Reply:
+        """A crash: ``what`` happened, then the program's last stderr lines; the
+        program is stopped (the next call starts it again)."""
+        tail = self.stderr_tail()
+        self.close()
+        return Reply("crash", detail=f"{what}; its stderr ended with:\n{tail}" if tail else what)
+
+    def reply_for(self, value: Any) -> Reply:
+        """The reply a decoded answer line stands for."""
+        if isinstance(value, dict) and set(value) == {"unsupported"}:
+            return Reply("unsupported", detail=str(value["unsupported"]))
+        return Reply("answer", value)
 
     def _read_line(self, proc: subprocess.Popen[bytes], limit: float) -> bytes | None:
         """One line of output (empty at end of output), or None when the limit passes.
@@ -159,8 +203,7 @@ class CommandRunner:
             proc.stdin.write(json.dumps(query).encode() + b"\n")
             proc.stdin.flush()
         except BrokenPipeError:
-            self.close()
-            return Reply("crash", detail="the program exited before reading the query")
+            return self.crashed("the program exited before reading the query")
         line = self._read_line(proc, limit)
         if line is None:
             self.close(kill=True)
@@ -168,22 +211,21 @@ class CommandRunner:
                 "timeout", detail=f"no answer within {self.timeout:g} s (program restarted)"
             )
         if not line:
-            code = proc.wait()
-            self.close()
-            return Reply("crash", detail=f"the program exited with code {code}")
+            return self.crashed(exit_text(proc.wait()))
         text = line.decode(errors="replace").strip()
         try:
             value = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return Reply("bad_return", text, f"not JSON: {text[:80]!r}")
-        if isinstance(value, dict) and set(value) == {"unsupported"}:
-            return Reply("unsupported", detail=str(value["unsupported"]))
-        return Reply("answer", value)
+        return self.reply_for(value)
 
     def close(self, kill: bool = False) -> None:
         """Stop the program: end its input and wait a moment, then kill it (at once
         with ``kill``)."""
         proc, self.proc = self.proc, None
+        if self.stderr is not None:
+            self.stderr.close()
+            self.stderr = None
         if proc is None:
             return
         try:
@@ -195,6 +237,50 @@ class CommandRunner:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def exit_text(code: int) -> str:
+    """How a program ended, for people: ``exited with code 3``, ``killed by SIGSEGV``."""
+    if code < 0:
+        try:
+            return f"the program was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"the program was killed by signal {-code}"
+    return f"the program exited with code {code}"
+
+
+class IsolatedRunner(CommandRunner):
+    """Calls a Python target in a worker process (:mod:`kvhit.harness.worker`).
+
+    The worker loads the target, says it is ready, then answers one query per line
+    with ``{"answer": ...}``, ``{"unsupported": why}`` or ``{"crash": what}`` (the
+    target raised). A worker that dies or hangs is a ``crash`` or ``timeout`` of that
+    call and is started again for the next. The target is loaded at once, so a target
+    that cannot be loaded is a :class:`TargetError` before any query.
+    """
+
+    def __init__(self, name: str, timeout: float):
+        super().__init__([sys.executable, "-m", "kvhit.harness.worker", name], timeout)
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        proc = super()._start()
+        line = self._read_line(proc, WORKER_STARTUP)
+        hello = json.loads(line) if line else None
+        if not isinstance(hello, dict) or "ready" not in hello:
+            self.proc = proc
+            reason = hello["error"] if isinstance(hello, dict) else "the worker did not start"
+            tail = self.stderr_tail()
+            self.close(kill=True)
+            raise TargetError(f"{reason}\n{tail}".strip())
+        return proc
+
+    def reply_for(self, value: Any) -> Reply:
+        if isinstance(value, dict) and "crash" in value:
+            return Reply("crash", detail=str(value["crash"]))
+        if isinstance(value, dict) and "answer" in value:
+            return Reply("answer", value["answer"])
+        return super().reply_for(value)
 
 
 Runner = CallableRunner | CommandRunner
@@ -217,15 +303,28 @@ def load_target(name: str) -> Callable[[dict[str, Any]], Any]:
         raise TargetError(f"target {name!r}: importing it failed ({reason})") from None
 
 
-def open_target(
-    name: str | None = None, command: str | None = None, timeout: float = DEFAULT_TIMEOUT
-) -> Runner:
-    """A runner for ``--target NAME`` or ``--target-cmd CMD`` (exactly one of them).
+def label_of(target: str | None, target_cmd: str | None) -> str:
+    """How reports name the target of ``--target`` or ``--target-cmd``."""
+    return target if target is not None else f"cmd:{target_cmd}"
 
-    Raises :class:`kvhit.targets.TargetError` when the target cannot be loaded.
+
+def open_target(
+    name: str | None = None,
+    command: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    isolate: bool = False,
+) -> Runner:
+    """A runner for ``--target NAME`` or ``--target-cmd CMD`` (exactly one of them);
+    with ``isolate``, a ``--target`` runs in a worker process.
+
+    Raises :class:`kvhit.errors.TargetError` when the target cannot be loaded.
     """
+    if isolate and command is not None:
+        raise TargetError("--isolate is for --target; a --target-cmd program has its own process")
     if name is not None and command is None:
-        return CallableRunner(load_target(name), timeout)
+        return (
+            IsolatedRunner(name, timeout) if isolate else CallableRunner(load_target(name), timeout)
+        )
     if command is not None and name is None:
         return CommandRunner(command, timeout)
     raise TargetError("give exactly one of --target and --target-cmd")

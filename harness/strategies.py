@@ -24,9 +24,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from kvhit.harness.random_cases import CHOICES
+from kvhit.harness.random_cases import CHOICES, make_group
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Query
+from kvhit.model.spec import Group, Query
 
 
 @st.composite
@@ -38,13 +38,13 @@ def group_configs(
 ) -> Group:
     """One group: a kind from ``kinds`` (``eagle`` allows eagle flags), a block size
     from ``block_sizes``, a window or chunk of up to ``max_span`` blocks."""
-    kind = draw(st.sampled_from([k for k in kinds if k in KINDS] or ["full"]))
-    b = draw(st.sampled_from(block_sizes))
-    span = st.integers(1, max_span * b)
-    window = draw(span) if kind == "sliding_window" else None
-    chunk = draw(span) if kind == "chunked_local" else None
-    eagle = "eagle" in kinds and kind in EAGLE_KINDS and draw(st.booleans())
-    return Group(kind, b, window, chunk, eagle)
+    return make_group(
+        kinds,
+        lambda options: draw(st.sampled_from(options)),
+        lambda: draw(st.sampled_from(block_sizes)),
+        lambda b: draw(st.integers(1, max_span * b)),
+        lambda: draw(st.booleans()),
+    )
 
 
 def cache_rows(max_blocks: int) -> st.SearchStrategy[tuple[bool, ...]]:

@@ -1,4 +1,4 @@
-"""A torch-backed hybrid prefix cache, checked against the model (DESIGN.md §4).
+"""A torch-backed hybrid prefix cache, checked against the model (docs/design.md §4).
 
 :mod:`~kvhit.impl.coordinator` has the vectorized lookup, :mod:`~kvhit.impl.engine`
 serves requests through it with the tiny model of :mod:`~kvhit.impl.tiny_model`, and

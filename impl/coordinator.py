@@ -49,6 +49,8 @@ class Request:
     tables: list[list[int]]
     keys: list[torch.Tensor]
     key_bound: int
+    holding: bool = True
+    """Whether the request still holds its hashes (until :meth:`Coordinator.free`)."""
 
     @property
     def num_tokens(self) -> int:
@@ -112,16 +114,19 @@ class Coordinator:
     def __init__(self, groups: Sequence[Group], num_blocks: int, alignment: int | None = None):
         self.groups = tuple(groups)
         self.alignment = alignment or default_alignment(self.groups)
-        self.pool = BlockPool(num_blocks, len(self.groups))
-        self.managers = [manager_for(g, i, self.pool) for i, g in enumerate(self.groups)]
         self.hashers = {g.block_size: BlockHasher(g.block_size) for g in self.groups}
+        group_hashers = [self.hashers[g.block_size] for g in self.groups]
+        self.pool = BlockPool(num_blocks, len(self.groups), group_hashers)
+        self.managers = [manager_for(g, i, self.pool) for i, g in enumerate(self.groups)]
 
     def request(self, tokens: Sequence[int]) -> Request:
-        """A new request, with its block hashes and lookup keys for every group."""
+        """A new request, with its block hashes and lookup keys for every group; it
+        holds its hashes until :meth:`free`."""
         tokens = list(tokens)
-        hashes = [self.hashers[g.block_size].hashes(tokens) for g in self.groups]
+        by_size = {b: hasher.hashes(tokens) for b, hasher in self.hashers.items()}
+        hashes = [by_size[g.block_size] for g in self.groups]
         keys = [torch.cat([h, torch.tensor([ROOT])]) for h in hashes]
-        key_bound = max(len(h.ids) for h in self.hashers.values()) + 1
+        key_bound = max(h.bound for h in self.hashers.values())
         self.pool.reserve(key_bound)
         # Like the hashes, the plan of the usual lookup (max_length = T - 1) is made
         # when the request arrives.
@@ -163,7 +168,15 @@ class Coordinator:
         return Query(self.groups, rows, max_length, request.num_tokens, self.alignment).to_json()
 
     def allocate(self, request: Request, hit: CacheHit) -> None:
-        """Give the request its block tables: the hit's blocks, then new ones."""
+        """Give the request its block tables: the hit's blocks, then new ones.
+
+        Every group's hit blocks are taken before any group's new blocks: a new block
+        comes from the free queue, which also holds the cached blocks nobody runs on,
+        and taking one of another group's hit blocks there would overwrite what that
+        group is about to reuse.
+        """
+        for blocks in hit.blocks:
+            self.pool.touch(blocks)
         request.tables = [
             m.allocate(blocks, first, request.num_tokens)
             for m, first, blocks in zip(self.managers, hit.first, hit.blocks)
@@ -180,9 +193,14 @@ class Coordinator:
             m.drop_skipped(table, request.num_tokens)
 
     def free(self, request: Request) -> None:
-        """The request is finished: free all its blocks."""
+        """The request is finished: free all its blocks and release its hashes."""
         for m, table in zip(self.managers, request.tables):
             m.free(table)
+        if request.holding:
+            request.holding = False
+            by_size = {g.block_size: hashes for g, hashes in zip(self.groups, request.hashes)}
+            for b, hashes in by_size.items():
+                self.hashers[b].release(hashes)
 
     def preload(self, request: Request, rows: Sequence[Sequence[bool]]) -> None:
         """Make the pool hold exactly the blocks ``rows[g][j]`` of the request's blocks,

@@ -73,6 +73,7 @@ class Engine:
             torch.where(ids >= 0, ids, NULL_BLOCK).tolist()
             for ids in self.coord.cached_ids(request)
         ]
+        self.coord.free(request)
         return self.model.prefill(request.tokens, length, tables, self.store)
 
     def scratch(self, tokens: Sequence[int]) -> torch.Tensor:

@@ -1,42 +1,104 @@
-"""Chained block hashes of token ids, kept exact.
+"""Chained block hashes of token ids, kept exact, and released when nothing needs them.
 
 A block's key is ``(parent key, its tokens)``, so two blocks have the same key iff
-the whole token prefixes up to their ends are equal. Keys are interned: the first
-time a key is seen it gets the next small integer, its *hash id*. Equal ids mean
-equal prefixes, with no collision to resolve, and the ids fit in an int64 tensor
-for vectorized membership.
+the whole token prefixes up to their ends are equal. Keys are interned: a key gets a
+small integer, its *hash id*. Equal ids mean equal prefixes, with no collision to
+resolve, and the ids fit in an int64 tensor for vectorized membership.
+
+An id is held while something needs its key: a running request whose last block it
+is (:meth:`BlockHasher.hashes` takes the hold, :meth:`BlockHasher.release` drops it),
+a cached block holding it (:meth:`BlockHasher.hold`, :meth:`BlockHasher.drop`, called
+by the pool), or a child key whose parent it is. So one hold keeps a whole prefix
+chain. An id nothing holds is forgotten and handed out again: the table holds the
+keys of the prefixes the cache and the running requests hold, not every prefix ever
+seen.
 
     >>> hasher = BlockHasher(block_size=2)
-    >>> hasher.hashes([7, 7, 7, 7, 5]).tolist()
+    >>> first = hasher.hashes([7, 7, 7, 7, 5])
+    >>> first.tolist(), hasher.hashes([7, 7, 3, 3]).tolist()
+    ([1, 2], [1, 3])
+    >>> hasher.release(first)
+    >>> hasher.hashes([7, 7, 6, 6]).tolist()  # the id of [7, 7, 7, 7] is free again
     [1, 2]
-    >>> hasher.hashes([7, 7, 3, 3]).tolist()
-    [1, 3]
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 import torch
 
 ROOT = 0
-"""The parent id of block 0."""
+"""The parent id of block 0 (never a block's id)."""
+
+Key = tuple[int, tuple[int, ...]]
 
 
 class BlockHasher:
-    """Interned chained hashes for one block size."""
+    """Interned chained hashes for one block size, with holds (see the module docstring)."""
 
     def __init__(self, block_size: int):
         self.block_size = block_size
-        self.ids: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.ids: dict[Key, int] = {}
+        self.key_of: list[Key | None] = [None]
+        self.holds = [0]
+        self.spare: list[int] = []
+
+    @property
+    def bound(self) -> int:
+        """Every id handed out is below this."""
+        return len(self.key_of)
 
     def hashes(self, tokens: Sequence[int]) -> torch.Tensor:
-        """The hash id of every full block of ``tokens`` (a partial last block has none)."""
-        b = self.block_size
-        out = []
+        """The hash id of every full block of ``tokens`` (a partial last block has
+        none), held until :meth:`release`."""
+        out = array("q")
         parent = ROOT
-        for start in range(0, len(tokens) - b + 1, b):
-            key = (parent, tuple(tokens[start : start + b]))
-            parent = self.ids.setdefault(key, len(self.ids) + 1)
+        find = self.ids.get
+        for block in zip(*[iter(tokens)] * self.block_size):  # the full blocks, as tuples
+            key = (parent, block)
+            found = find(key)
+            parent = self.intern(key) if found is None else found
             out.append(parent)
-        return torch.tensor(out, dtype=torch.int64)
+        self.hold(parent)
+        return (
+            torch.frombuffer(out, dtype=torch.int64) if out else torch.zeros(0, dtype=torch.int64)
+        )
+
+    def intern(self, key: Key) -> int:
+        """A fresh id for ``key``; the key holds its parent."""
+        if self.spare:
+            new = self.spare.pop()
+            self.key_of[new] = key
+        else:
+            new = len(self.key_of)
+            self.key_of.append(key)
+            self.holds.append(0)
+        self.ids[key] = new
+        self.hold(key[0])
+        return new
+
+    def hold(self, hash_id: int) -> None:
+        """Take a hold on ``hash_id`` (a cached block now holds it)."""
+        if hash_id != ROOT:
+            self.holds[hash_id] += 1
+
+    def drop(self, hash_id: int) -> None:
+        """Drop a hold on ``hash_id``; an id nothing holds is forgotten, and so, in
+        turn, is a parent only it held."""
+        while hash_id != ROOT:
+            self.holds[hash_id] -= 1
+            if self.holds[hash_id]:
+                return
+            key = self.key_of[hash_id]
+            assert key is not None, f"hash id {hash_id} dropped more often than held"
+            del self.ids[key]
+            self.key_of[hash_id] = None
+            self.spare.append(hash_id)
+            hash_id = key[0]
+
+    def release(self, hash_ids: torch.Tensor) -> None:
+        """Drop the hold a request took on its hashes (what :meth:`hashes` gave it)."""
+        if hash_ids.numel():
+            self.drop(int(hash_ids[-1]))

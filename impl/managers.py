@@ -47,9 +47,8 @@ class GroupManager(ABC):
 
     def allocate(self, reused: Sequence[int], first: int, num_tokens: int) -> list[int]:
         """The block table of a request of ``num_tokens`` tokens that reuses the cached
-        blocks ``reused`` from block index ``first`` on: null blocks before them, new
-        blocks after them."""
-        self.pool.touch(reused)
+        blocks ``reused`` (already touched: :meth:`BlockPool.touch`) from block index
+        ``first`` on: null blocks before them, new blocks after them."""
         count = -(-num_tokens // self.group.block_size)
         fresh = [self.pool.allocate() for _ in range(count - first - len(reused))]
         return [NULL_BLOCK] * first + list(reused) + fresh

@@ -8,7 +8,9 @@ freed block keeps its hash, so it can still be hit, until it is taken for new da
 that is eviction.
 
 Each group has its own table from hash id to block id, a tensor, so the lookup asks
-for all of a request's blocks in one indexing operation.
+for all of a request's blocks in one indexing operation. When the pool is given each
+group's :class:`~kvhit.impl.hashing.BlockHasher`, a cached block holds its hash id
+there, so an evicted block's key is released.
 
     >>> pool = BlockPool(num_blocks=3, num_groups=1)
     >>> a, b = pool.allocate(), pool.allocate()
@@ -24,9 +26,11 @@ for all of a request's blocks in one indexing operation.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
+
+from kvhit.impl.hashing import BlockHasher
 
 NULL_BLOCK = 0
 
@@ -38,9 +42,12 @@ class PoolExhausted(RuntimeError):
 class BlockPool:
     """Physical blocks shared by every group (see the module docstring)."""
 
-    def __init__(self, num_blocks: int, num_groups: int):
+    def __init__(
+        self, num_blocks: int, num_groups: int, hashers: Sequence[BlockHasher] | None = None
+    ):
         if num_blocks < 1:
             raise ValueError("a pool needs at least the null block")
+        self.hashers = hashers
         self.ref_cnt = [0] * num_blocks
         self.key: list[tuple[int, int] | None] = [None] * num_blocks
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
@@ -106,6 +113,8 @@ class BlockPool:
             return False
         table[hash_id] = block
         self.key[block] = (group, hash_id)
+        if self.hashers is not None:
+            self.hashers[group].hold(hash_id)
         return True
 
     def uncache(self, block: int) -> None:
@@ -114,3 +123,5 @@ class BlockPool:
         if key is not None:
             self.tables[key[0]][key[1]] = -1
             self.key[block] = None
+            if self.hashers is not None:
+                self.hashers[key[0]].drop(key[1])

@@ -1,4 +1,4 @@
-"""The reference algorithms over all groups (DESIGN.md §2).
+"""The reference algorithms over all groups (docs/design.md §2).
 
 - :func:`fixed_point` — the correct one (vLLM's): start at the longest candidate and
   let every group's finder lower L in turn until a whole pass changes nothing.
@@ -18,12 +18,13 @@ The seed's minimal counterexample (two window-2 groups, b = 1, M = 2):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvhit.model.finders import find
 from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.spec import Group, Query, longest_hit, top_length, valid
 
 Finder = Callable[[Any], Any]
 
@@ -36,30 +37,82 @@ def group_finders(q: Query, ops: Ops = PY) -> list[Finder]:
     ]
 
 
-def top_length(q: Query, ops: Ops = PY) -> Any:
-    """The longest candidate, floor(M/A)·A."""
-    return ops.div(q.max_length, q.alignment) * q.alignment
-
-
 def max_passes(q: Query, ops: Ops = PY) -> Any:
     """floor(M/A) + 1: a pass that changes L lowers it by at least A."""
     return ops.div(q.max_length, q.alignment) + 1
 
 
+GroupFinder = Callable[[Any, Any], Any]
+"""(group index, m) -> f_g(m): every group's finder behind one call."""
+
+State = tuple[Any, Any]
+"""The fixed point's state between passes: (L, whether the last pass left L unchanged)."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The fixed point as two folds, in the finders' shape (a state, a step, a finish).
+
+    A *pass* folds :meth:`visit` over the group indices 0 … ``groups``-1, starting
+    from L. The loop folds :meth:`step` (one pass, then :meth:`settle`) over the
+    passes, starting from :meth:`start`, and :meth:`finish` reads L off the state.
+    Written this way the proof suite runs each step once on symbolic values, with
+    ``finder`` uninterpreted and ``groups`` a z3 integer, to check a loop invariant
+    (docs/design.md §3, theorems 1 and 2).
+
+        >>> loop = Loop(lambda g, m: min(m, (4, 3)[g]), 2, PY)
+        >>> loop.step(loop.start(6)), loop.step((3, False))
+        ((3, False), (3, True))
+    """
+
+    finder: GroupFinder
+    groups: Any
+    ops: Ops
+
+    def start(self, top: Any) -> State:
+        """L at the longest candidate; no pass yet."""
+        return top, False
+
+    def visit(self, length: Any, g: Any) -> Any:
+        """One step of a pass: group g's finder lowers L."""
+        return self.finder(g, length)
+
+    def run_pass(self, length: Any) -> Any:
+        """Every group's finder in turn, from L."""
+        for g in self.ops.indices(self.groups):
+            length = self.ops.ite(g < self.groups, self.visit(length, g), length)
+        return length
+
+    def settle(self, state: State, after: Any) -> State:
+        """The state once a pass from ``state`` has ended at ``after``: settled when
+        the pass changed nothing; a settled state stays as it is."""
+        length, done = state
+        ops = self.ops
+        return ops.ite(done, length, after), ops.or_(done, after == length)
+
+    def step(self, state: State) -> State:
+        """One pass of the loop."""
+        return self.settle(state, self.run_pass(state[0]))
+
+    def finish(self, state: State) -> Any:
+        """The hit length: L."""
+        return state[0]
+
+
 def fixed_point_of(finders: Sequence[Finder], top: Any, passes: Any, ops: Ops = PY) -> Any:
     """Lower L through every finder in turn until a whole pass leaves it unchanged.
 
-    ``passes`` bounds the number of passes; a pass over a fixed point changes
-    nothing, so running extra passes is harmless.
+    ``passes`` bounds the number of passes; a settled state stays settled, so
+    running extra passes is harmless and stopping once settled changes nothing.
     """
-    length = top
+    loop = Loop(lambda g, m: finders[g](m), len(finders), ops)
+    state = loop.start(top)
     for _ in ops.passes(passes):
-        before = length
-        for f in finders:
-            length = f(length)
-        if ops.settled(before, length):
+        before = state[0]
+        state = loop.step(state)
+        if ops.settled(before, state[0]):
             break
-    return length
+    return loop.finish(state)
 
 
 def fixed_point(q: Query, ops: Ops = PY) -> Any:
@@ -87,6 +140,51 @@ def min_of_groups(q: Query, ops: Ops = PY) -> Any:
     return out
 
 
+def spiral_finders(q: Query, ops: Ops = PY) -> list[Finder]:
+    """The query's finders, with every eagle group's replaced by the known-wrong
+    *spiral*: the base kind's hit at m, minus one block, rounded down to A, on every
+    call, so every pass of the fixed point drops another block."""
+
+    def spiral(g: Group, row: Any) -> Finder:
+        base = replace(g, eagle=False)
+        b, a = g.block_size, q.alignment
+
+        def f(m: Any) -> Any:
+            hit = find(base, row, m, a, q.num_tokens, ops)
+            return ops.ite(hit >= b, ops.div(hit - b, a) * a, 0)
+
+        return f
+
+    right = group_finders(q, ops)
+    return [spiral(g, row) if g.eagle else f for g, row, f in zip(q.groups, q.cached, right)]
+
+
+def spiral_fixed_point(q: Query, ops: Ops = PY) -> Any:
+    """The fixed point over :func:`spiral_finders` (known wrong: lost reuse)."""
+    return fixed_point_of(spiral_finders(q, ops), top_length(q, ops), max_passes(q, ops), ops)
+
+
 def brute_force(q: Query) -> int:
     """L* by trying every candidate from the top."""
     return longest_hit(q).length
+
+
+def longest_of(q: Query, lengths: Iterable[Any], ops: Ops = PY) -> Any:
+    """L* over the given candidate lengths (each counts only when at most M): the
+    spec's ``valid`` for every group at each, the longest kept. With z3 terms for M
+    and the rows this is L* as one term.
+
+        >>> from kvhit.model.protocol import parse_query
+        >>> q = parse_query({"groups": [{"kind": "mamba", "block_size": 1}],
+        ...                  "cached": ["101"], "max_length": 2})
+        >>> longest_of(q, range(0, 4))
+        1
+    """
+    best: Any = 0
+    for length in sorted(lengths):
+        every = ops.and_(
+            length <= q.max_length,
+            *(valid(g, row, length, q.num_tokens, ops) for g, row in zip(q.groups, q.cached)),
+        )
+        best = ops.ite(every, length, best)
+    return best

@@ -1,4 +1,4 @@
-"""The JSON query protocol (DESIGN.md §5): parse, check and normalize queries.
+"""The JSON query protocol (docs/design.md §5.1): parse, check and normalize queries.
 
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2}],
     ...                  "cached": ["110"], "max_length": 5})
@@ -134,6 +134,25 @@ def parse_query(obj: Any) -> Query:
     return Query(groups, rows, max_length, num_tokens, alignment)
 
 
+def decode_json(text: str, where: str) -> Any:
+    """Decode JSON text; :class:`QueryError` naming ``where`` if it is not JSON or is
+    nested too deeply for the decoder.
+
+    >>> decode_json("[" * 100_000, "line 1")
+    Traceback (most recent call last):
+    ...
+    kvhit.model.protocol.QueryError: line 1: nested too deeply to decode
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise QueryError(
+            where, f"not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+        ) from None
+    except RecursionError:
+        raise QueryError(where, "nested too deeply to decode") from None
+
+
 def load_queries(text: str) -> list[Any]:
     """Decode a file's text: one JSON object, or JSON lines (one query per line).
 
@@ -141,8 +160,8 @@ def load_queries(text: str) -> list[Any]:
     the line of a line that is not JSON.
     """
     try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
+        whole = decode_json(text, "query")
+    except QueryError:
         whole = None
     if isinstance(whole, dict):
         return [whole]
@@ -150,16 +169,11 @@ def load_queries(text: str) -> list[Any]:
         raise QueryError(
             "query", f"must be a JSON object or JSON lines, got {type(whole).__name__}"
         )
-    out = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise QueryError(
-                f"line {number}", f"not valid JSON ({err.msg} at column {err.colno})"
-            ) from None
+    out = [
+        decode_json(line, f"line {number}")
+        for number, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
     if not out:
         raise QueryError("query", "the input holds no query")
     return out

@@ -1,4 +1,4 @@
-"""The exact spec of a windowed prefix-cache hit (DESIGN.md §1).
+"""The exact spec of a windowed prefix-cache hit (docs/design.md §1).
 
 A query is a cache state: for each KV cache group, which of its blocks are cached.
 A hit of length L (a multiple of the alignment A, at most M) lets the engine skip
@@ -23,41 +23,64 @@ drafter recomputes it), and the request must hold that whole block: L + b ≤ T.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from math import lcm
 from typing import Any
 
 from kvhit.model.ops import PY, Ops
 
-KINDS = ("full", "sliding_window", "chunked_local", "mamba")
-EAGLE_KINDS = ("full", "sliding_window")
+
+class Kind(StrEnum):
+    """The attention kind of a KV cache group (docs/design.md §1.1). A member equals
+    its name as a string, so protocol objects compare and print as before.
+
+    >>> Kind("sliding_window") is Kind.SLIDING_WINDOW, f"{Kind.MAMBA}"
+    (True, 'mamba')
+    """
+
+    FULL = "full"
+    SLIDING_WINDOW = "sliding_window"
+    CHUNKED_LOCAL = "chunked_local"
+    MAMBA = "mamba"
+
+
+KINDS = tuple(Kind)
+EAGLE_KINDS = (Kind.FULL, Kind.SLIDING_WINDOW)
 
 
 @dataclass(frozen=True)
 class Group:
     """One KV cache group: its attention kind, block size and kind parameters.
 
-    Fields may hold symbolic integers when the proof suite runs the model.
+    Fields may hold symbolic integers when the proof suite runs the model. ``kind``
+    may be given as a string; a string that names no kind is a ValueError.
     """
 
-    kind: str
+    kind: str  # a Kind (a string naming one is converted)
     block_size: Any
     window: Any = None
     chunk: Any = None
     eagle: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))
+
     def describe(self) -> str:
         """A short label such as ``sliding_window w=2 b=1``."""
-        params = {"sliding_window": f" w={self.window}", "chunked_local": f" c={self.chunk}"}
+        params: dict[str, str] = {
+            Kind.SLIDING_WINDOW: f" w={self.window}",
+            Kind.CHUNKED_LOCAL: f" c={self.chunk}",
+        }
         eagle = " eagle" if self.eagle else ""
         return f"{self.kind}{params.get(self.kind, '')} b={self.block_size}{eagle}"
 
     def to_json(self) -> dict[str, Any]:
         """The group as a normalized protocol object."""
         out: dict[str, Any] = {"kind": self.kind, "block_size": self.block_size}
-        if self.kind == "sliding_window":
+        if self.kind == Kind.SLIDING_WINDOW:
             out["window"] = self.window
-        if self.kind == "chunked_local":
+        if self.kind == Kind.CHUNKED_LOCAL:
             out["chunk"] = self.chunk
         out["eagle"] = self.eagle
         return out
@@ -65,7 +88,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Query:
-    """A cache state and the limits of one lookup (DESIGN.md §1).
+    """A cache state and the limits of one lookup (docs/design.md §1.1).
 
     ``cached[g][j]`` tells whether block j of group g is cached; blocks past the end
     of a row are not. Build one with :func:`kvhit.model.protocol.parse_query` to get
@@ -81,7 +104,7 @@ class Query:
     @property
     def top(self) -> int:
         """The longest candidate: the largest multiple of A that is at most M."""
-        return self.max_length // self.alignment * self.alignment
+        return top_length(self)
 
     def candidates(self) -> range:
         """Every candidate hit length, longest first."""
@@ -96,6 +119,15 @@ class Query:
             "num_tokens": self.num_tokens,
             "alignment": self.alignment,
         }
+
+
+def top_length(q: Query, ops: Ops = PY) -> Any:
+    """The longest candidate, floor(M/A)·A (a term when M or A is one).
+
+    >>> top_length(Query((Group("full", 2),), ((),), 7, 8, 2))
+    6
+    """
+    return ops.div(q.max_length, q.alignment) * q.alignment
 
 
 def default_alignment(groups: tuple[Group, ...]) -> int:
@@ -114,14 +146,14 @@ def window_span(g: Group, ops: Ops = PY) -> Any:
 def reused_range(g: Group, length: Any, ops: Ops = PY) -> tuple[Any, Any]:
     """The blocks ``[lo, hi)`` group g reuses at a hit of ``length`` > 0 tokens."""
     n = ops.div(length, g.block_size)
-    if g.kind == "full":
+    if g.kind == Kind.FULL:
         return 0, n
-    if g.kind == "sliding_window":
+    if g.kind == Kind.SLIDING_WINDOW:
         return ops.max(0, n - window_span(g, ops)), n
-    if g.kind == "chunked_local":
+    if g.kind == Kind.CHUNKED_LOCAL:
         chunk_start = ops.div(length, g.chunk) * g.chunk
         return ops.div(chunk_start, g.block_size), n
-    if g.kind == "mamba":
+    if g.kind == Kind.MAMBA:
         return n - 1, n
     raise ValueError(f"unknown kind {g.kind!r}")
 
@@ -134,20 +166,42 @@ def reused_blocks(g: Group, length: int) -> list[int]:
     return list(range(lo, hi))
 
 
+def needed_range(g: Group, length: int) -> tuple[int, int]:
+    """The blocks ``[lo, hi)`` that must be cached for a hit of ``length`` > 0: the
+    reused ones and, for an eagle group, the next one."""
+    lo, hi = reused_range(g, length)
+    return lo, hi + 1 if g.eagle else hi
+
+
+def touched_blocks(q: Query, g: Group) -> int:
+    """How many blocks of group g a hit of at most M can need: those up to the longest
+    candidate, and for an eagle group the next one."""
+    return q.top // g.block_size + int(g.eagle)
+
+
+def holds_next_block(g: Group, length: Any, num_tokens: Any) -> Any:
+    """Whether the request holds the whole block after a hit of ``length`` (tokens
+    L … L+b-1): the block an eagle group matches and then drops."""
+    return length + g.block_size <= num_tokens
+
+
+def past_request(g: Group, length: int, num_tokens: int) -> bool:
+    """Whether an eagle group's dropped block lies past the request, so it cannot
+    serve the hit of ``length`` > 0 whatever is cached."""
+    return g.eagle and length > 0 and not holds_next_block(g, length, num_tokens)
+
+
 def needed_blocks(g: Group, length: int) -> list[int]:
     """The blocks that must be cached for the hit: the reused ones, and for an eagle
     group also block n, which is matched and then dropped."""
-    blocks = reused_blocks(g, length)
-    if g.eagle and length > 0:
-        blocks.append(length // g.block_size)
-    return blocks
+    return list(range(*needed_range(g, length))) if length else []
 
 
 def valid(g: Group, row: Any, length: Any, num_tokens: Any, ops: Ops = PY) -> Any:
     """valid_g(L): group g can serve a hit of ``length`` tokens from cache."""
     lo, hi = reused_range(g, length, ops)
     if g.eagle:
-        served = ops.and_(ops.all_cached(row, lo, hi + 1), length + g.block_size <= num_tokens)
+        served = ops.and_(ops.all_cached(row, lo, hi + 1), holds_next_block(g, length, num_tokens))
     else:
         served = ops.all_cached(row, lo, hi)
     return ops.or_(length == 0, served)
@@ -175,19 +229,104 @@ def answer_at(q: Query, length: int) -> Answer:
     return Answer(length, tuple(tuple(reused_blocks(g, length)) for g in q.groups))
 
 
+def last_cached(row: Any) -> int:
+    """One past the last cached block of a row (0 when none is cached)."""
+    return next((j + 1 for j in range(len(row) - 1, -1, -1) if row[j]), 0)
+
+
+def reach(g: Group, row: Any) -> int | None:
+    """The longest hit group g can be valid at with the blocks of ``row``, or None when
+    hits past the row can still be valid for it.
+
+    Every hit L > 0 of a full, mamba or sliding-window (window > 1) group needs block
+    L/b - 1 and an eagle group also block L/b, so past its last cached block nothing is
+    valid. A window of one token needs no block, and a chunked local group needs none
+    at multiples of its chunk: those have no reach.
+
+    >>> reach(Group("full", 2), (True, True, False)), reach(Group("full", 2, eagle=True), "11")
+    (4, 2)
+    >>> reach(Group("chunked_local", 1, chunk=4), "1") is None
+    True
+    """
+    blocks = last_cached(row)
+    if g.eagle:
+        return max(0, blocks - 1) * g.block_size
+    if g.kind == Kind.CHUNKED_LOCAL or (g.kind == Kind.SLIDING_WINDOW and window_span(g) == 0):
+        return None
+    return blocks * g.block_size
+
+
+def reduced(q: Query) -> tuple[Query, int]:
+    """A query with the same answer whose M is within the rows, and the shift s between
+    them: L*(q) = L*(reduced) + s, the blocks reused at L* are the same, and so is each
+    group's finder result from the top. So reference computations take time in the
+    rows, not in M/A.
+
+    When some group has a reach (:func:`reach`), no hit past the smallest reach is
+    valid, so M is clamped there (s = 0). Otherwise every group is a chunked local
+    group or a one-token window; past the rows, a candidate is valid iff it is a
+    multiple of P = lcm(A, the chunks), and those reuse no block. Then M (and T) move
+    down by a multiple of P to just above the rows, which shifts every answer by s.
+
+    >>> q = Query((Group("full", 1),), ((True,),), 10**12, 10**12 + 1, 1)
+    >>> small, shift = reduced(q)
+    >>> small.max_length, shift
+    (1, 0)
+    >>> q = Query((Group("chunked_local", 2, chunk=6),), ((),), 10**12, 10**12 + 1, 2)
+    >>> small, shift = reduced(q)
+    >>> small.max_length, shift, longest_hit(q).length == longest_hit(small).length + shift
+    (10, 999999999990, True)
+    """
+    reaches = [r for r in map(reach, q.groups, q.cached) if r is not None]
+    if reaches:
+        return replace(q, max_length=min(q.max_length, *reaches)), 0
+    period = lcm(q.alignment, *(g.chunk for g in q.groups if g.kind == Kind.CHUNKED_LOCAL))
+    rows_end = max(last_cached(row) * g.block_size for g, row in zip(q.groups, q.cached))
+    first = (rows_end // period + 1) * period  # the first multiple of P past every row
+    shift = max(0, (q.max_length - first) // period * period)
+    return replace(q, max_length=q.max_length - shift, num_tokens=q.num_tokens - shift), shift
+
+
 def longest_hit(q: Query) -> Answer:
-    """L*, the longest valid hit, found by trying every candidate (the spec itself)."""
-    return answer_at(q, next(L for L in q.candidates() if valid_all(q, L)))
+    """L*, the longest valid hit, found by trying every candidate (the spec itself) of
+    the :func:`reduced` query."""
+    small, shift = reduced(q)
+    best = next(L for L in small.candidates() if valid_all(small, L))
+    return (
+        answer_at(small, best) if not shift else Answer(best + shift, answer_at(small, best).blocks)
+    )
 
 
 @dataclass(frozen=True)
 class Miss:
-    """Why group ``group`` cannot serve a hit: the needed blocks that are not cached,
-    or (eagle) that the request does not hold the block that would be dropped."""
+    """Why group ``group`` cannot serve a hit: the runs of needed blocks that are not
+    cached, or (eagle) that the request does not hold the block that would be dropped."""
 
     group: int
-    missing: tuple[int, ...]
+    missing: tuple[range, ...]
     past_request: bool = False
+
+
+def missing_runs(row: Any, lo: int, hi: int) -> tuple[range, ...]:
+    """The runs of uncached blocks in ``[lo, hi)``, in time in the row's length.
+
+    >>> missing_runs((True, False, False, True), 0, 10**9)
+    (range(1, 3), range(4, 1000000000))
+    """
+    end = min(hi, len(row))
+    runs: list[range] = []
+    for j in range(lo, end):
+        if not row[j]:
+            if runs and runs[-1].stop == j:
+                runs[-1] = range(runs[-1].start, j + 1)
+            else:
+                runs.append(range(j, j + 1))
+    if hi > max(lo, end):
+        start = max(lo, end)
+        if runs and runs[-1].stop == start:
+            start = runs.pop().start
+        runs.append(range(start, hi))
+    return tuple(runs)
 
 
 def misses(q: Query, length: int) -> list[Miss]:
@@ -196,6 +335,6 @@ def misses(q: Query, length: int) -> list[Miss]:
     for i, (g, row) in enumerate(zip(q.groups, q.cached)):
         if valid(g, row, length, q.num_tokens):
             continue
-        missing = tuple(j for j in needed_blocks(g, length) if not PY.bit(row, j))
-        out.append(Miss(i, missing, past_request=g.eagle and length + g.block_size > q.num_tokens))
+        missing = missing_runs(row, *needed_range(g, length)) if length else ()
+        out.append(Miss(i, missing, past_request(g, length, q.num_tokens)))
     return out

@@ -1,4 +1,4 @@
-"""Theorem 4: full attention is downward closed, and what that buys (DESIGN.md §3).
+"""Theorem 4: full attention is downward closed, and what that buys (docs/design.md §3).
 
 Every claim runs the model's own code on a symbolic query
 (:func:`kvhit.proofs.common.sym_query`): the spec's ``valid``, the full finder
@@ -27,12 +27,12 @@ from typing import Any
 
 import z3
 
-from kvhit.model.algorithms import fixed_point, fixed_point_of, group_finders, top_length
+from kvhit.model.algorithms import fixed_point, single_pass, top_length
 from kvhit.model.finders import find
 from kvhit.model.spec import Query, valid
-from kvhit.proofs.common import SymQuery, spec_answer, sym_query
+from kvhit.proofs.common import SymQuery, sym_query
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
-from kvhit.proofs.witness import witness_for
+from kvhit.proofs.witness import spec_goal
 
 CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 4))
 """(block size, alignment) pairs every claim runs at."""
@@ -81,8 +81,8 @@ def closure_goal(kind: str, b: int, a: int, blocks: int) -> Goal:
             lower < m,
             lower % a == 0,
             valid(g, row, m, q.num_tokens, ops),
-            z3.Not(valid(g, row, lower, q.num_tokens, ops)),
         ],
+        z3.Not(valid(g, row, lower, q.num_tokens, ops)),
         witness=closure_witness(sq, lower),
         minimize=[m, sq.cached_count()],
     )
@@ -108,44 +108,24 @@ def evaluate_once_goals(bound: int | None) -> list[Goal]:
         goals += [
             Goal(
                 f"valid lengths are the multiples of A up to f(top), b={b} A={a}",
-                [
-                    *sq.pre,
-                    length >= 0,
-                    length <= top,
-                    length % a == 0,
-                    valid(g, row, length, q.num_tokens, ops) != (length <= at_top),
-                ],
+                [*sq.pre, length >= 0, length <= top, length % a == 0],
+                valid(g, row, length, q.num_tokens, ops) != (length <= at_top),
             ),
             Goal(
                 f"f(m) = min(m rounded to A, f(top)), b={b} A={a}",
-                [
-                    *sq.pre,
-                    m >= 0,
-                    m <= q.max_length,
-                    find(g, row, m, a, q.num_tokens, ops) != trimmed,
-                ],
+                [*sq.pre, m >= 0, m <= q.max_length],
+                find(g, row, m, a, q.num_tokens, ops) != trimmed,
             ),
         ]
     return goals
 
 
-def one_pass(q: Query, ops: Any = None) -> Any:
-    """A single pass of the loop over the query's groups, in their order."""
-    if ops is None:
-        return fixed_point_of(group_finders(q), top_length(q), 1)
-    return fixed_point_of(group_finders(q, ops), top_length(q, ops), 1, ops)
-
-
 def one_pass_goal(kinds: tuple[str, ...], b: int, a: int, blocks: int) -> Goal:
     """One pass over ``kinds`` (in this order) != L*."""
     sq = sym_query(list(kinds), blocks * a, "op", block_sizes=[b] * len(kinds), alignment=a)
-    algorithms = {"single pass": one_pass, "fixed point": fixed_point}
-    return Goal(
-        f"{' + '.join(kinds)} b={b} A={a}",
-        [*sq.pre, one_pass(sq.query, sq.ops) != spec_answer(sq)],
-        witness=witness_for(sq, "single pass", algorithms, lambda got, best: got != best),
-        minimize=[sq.query.max_length, sq.cached_count()],
-    )
+    others = {"fixed point": fixed_point}
+    label = f"{' + '.join(kinds)} b={b} A={a}"
+    return spec_goal(label, sq, "single pass", single_pass, others, smallest=True)
 
 
 def shortcut_orders() -> list[tuple[str, ...]]:
@@ -172,6 +152,8 @@ THEOREMS = [
         bound=16,
         quick_bound=8,
         build=closure_goals("full"),
+        rests_on="model code: spec valid",
+        scope="b/A 1/1, 2/4",
     ),
     Theorem(
         name="full_evaluate_once",
@@ -185,6 +167,8 @@ THEOREMS = [
         bound=16,
         quick_bound=8,
         build=evaluate_once_goals,
+        rests_on="model code: spec valid, full finder",
+        scope="b/A 1/1, 2/4",
     ),
     Theorem(
         name="one_pass_shortcut",
@@ -198,6 +182,8 @@ THEOREMS = [
         bound=7,
         quick_bound=3,
         build=one_pass_goals(shortcut_orders()),
+        rests_on="model code: single_pass, finders",
+        scope="full first, 1 non-closed last; b/A 1/1, 2/4",
     ),
     Theorem(
         name="window_downward_closed",
@@ -210,5 +196,7 @@ THEOREMS = [
         bound=8,
         quick_bound=4,
         build=closure_goals("sliding_window"),
+        rests_on="model code: spec valid",
+        scope="b/A 1/1, 2/4",
     ),
 ]

@@ -19,12 +19,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kvhit.cli import BadInput
 from kvhit.draw import draw, judge
-from kvhit.proofs.registry import Theorem, all_theorems
+from kvhit.errors import BadInput
+from kvhit.proofs.registry import Status, Theorem, all_theorems
 from kvhit.proofs.runner import DEFAULT_TIMEOUT, Result, run_theorem
 
-STATUS_STYLE = {"proved": "green", "refuted": "yellow", "unknown": "red", "error": "red"}
+STATUS_STYLE = {Status.PROVED: "green", Status.REFUTED: "yellow"}
+"""Colours of the statuses that can be expected; every other status is red."""
 
 
 class MissingModule(click.ClickException):
@@ -50,6 +51,18 @@ def select(theorems: list[Theorem], only: Sequence[str]) -> list[Theorem]:
     if unknown:
         raise BadInput(f"--only: no theorem {', '.join(unknown)}; known: {', '.join(known)}")
     return [t for t in theorems if not names or t.name in names]
+
+
+def writable(directory: Path) -> None:
+    """Make ``directory`` (for --emit-smt2) and check a file can be written in it,
+    before any proof runs: bad usage (exit 2) if not."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".kvhit-write-check"
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as err:
+        raise BadInput(f"--emit-smt2: cannot write in {directory}: {err.strerror}") from None
 
 
 def run_all(
@@ -89,20 +102,20 @@ def run_all(
 
 
 def results_table(results: list[Result], cross_check: bool) -> Table:
-    """One row per theorem: name, status (and expected, when it differs), bound, seconds."""
+    """One row per theorem: name, status (and expected, when it differs), what it
+    rests on, over what range, seconds (and cvc5's agreement)."""
     table = Table(title="kvhit prove")
-    for column in ("theorem", "status", "bound", "seconds"):
+    for column in ("theorem", "status", "rests on", "range", "seconds"):
         table.add_column(
             column, justify="right" if column == "seconds" else "left", no_wrap=column == "theorem"
         )
     if cross_check:
         table.add_column("cvc5")
     for r in results:
-        status = f"[{STATUS_STYLE[r.status]}]{r.status}[/]"
+        status = f"[{STATUS_STYLE.get(r.status, 'red')}]{r.status}[/]"
         if r.status != r.expected:
             status += f" [red](expected {r.expected})[/]"
-        bound = "unbounded" if r.bound is None else str(r.bound)
-        row = [r.name, status, bound, f"{r.seconds:.2f}"]
+        row = [r.name, status, r.rests_on, r.range, f"{r.seconds:.2f}"]
         if cross_check:
             row.append(r.cross_check or "-")
         table.add_row(*row)
@@ -110,12 +123,18 @@ def results_table(results: list[Result], cross_check: bool) -> Table:
 
 
 def closing_count(results: list[Result]) -> str:
-    """``5 proved, 3 refuted as expected, 0 failed, 0 unknown``."""
-    proved = sum(r.ok and r.status == "proved" for r in results)
-    refuted = sum(r.ok and r.status == "refuted" for r in results)
-    unknown = sum(r.status == "unknown" for r in results)
+    """``5 proved, 3 refuted as expected, 0 failed, 0 unknown``; vacuous theorems and
+    timeouts are counted among the failed and named when there are any."""
+    proved = sum(r.ok and r.status == Status.PROVED for r in results)
+    refuted = sum(r.ok and r.status == Status.REFUTED for r in results)
+    unknown = sum(r.status == Status.UNKNOWN for r in results)
     failed = sum(not r.ok for r in results) - unknown
-    return f"{proved} proved, {refuted} refuted as expected, {failed} failed, {unknown} unknown"
+    text = f"{proved} proved, {refuted} refuted as expected, {failed} failed, {unknown} unknown"
+    for status in (Status.VACUOUS, Status.TIMEOUT):
+        count = sum(r.status == status for r in results)
+        if count:
+            text += f" ({count} {status})"
+    return text
 
 
 def report(console: Console, results: list[Result], cross_check: bool) -> None:
@@ -162,7 +181,9 @@ def prove(
     cross_check: bool,
     quick: bool,
 ) -> None:
-    """Prove the theorems of DESIGN.md §3 and refute the known-wrong algorithms."""
+    """Prove the theorems of docs/design.md §3 and refute the known-wrong algorithms."""
+    if emit_dir is not None:
+        writable(emit_dir)
     theorems = select(registered(), only)
     results = run_all(theorems, bound, quick, timeout, cross_check, emit_dir)
     ok = all(r.ok for r in results)

@@ -19,8 +19,9 @@ from typing import Any
 
 import z3
 
+from kvhit.model.algorithms import longest_of
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query, valid
+from kvhit.model.spec import Group, Query
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
 FINDERS: tuple[tuple[str, bool], ...] = (
@@ -137,20 +138,14 @@ def sym_query(
 
 
 def spec_answer(sq: SymQuery) -> Any:
-    """L*: the longest candidate at most M valid for every group, as a z3 term."""
-    q, ops = sq.query, sq.ops
-    out: Any = z3.IntVal(0)
-    for length in range(0, sq.max_top + 1, q.alignment):
-        ok = z3.And(
-            length <= q.max_length,
-            *[valid(g, row, length, q.num_tokens, ops) for g, row in zip(q.groups, q.cached)],
-        )
-        out = z3.If(ok, z3.IntVal(length), out)
-    return out
+    """L*: the longest candidate at most M valid for every group, as a z3 term
+    (:func:`kvhit.model.algorithms.longest_of` over every candidate up to the top)."""
+    lengths = range(0, sq.max_top + 1, sq.query.alignment)
+    return z3.IntVal(0) + longest_of(sq.query, lengths, sq.ops)
 
 
 class AbstractFinders:
-    """Any finders meeting the contract, lengths in units of A (DESIGN.md §3, theorem 1).
+    """Any finders meeting the contract, lengths in units of A (docs/design.md §3, theorem 1).
 
     ``F(g, m)`` is group g's finder, ``V(g, L)`` its validity. :meth:`contract` are
     the axioms: 0 ≤ F(g, m) ≤ m, V(g, F(g, m)), and no valid L in (F(g, m), m].

@@ -1,4 +1,4 @@
-"""Theorem 3: every finder meets its contract (DESIGN.md §3).
+"""Theorem 3: every finder meets its contract (docs/design.md §3).
 
 The contract of a finder f for one group, at every m ≥ 0:
 
@@ -51,9 +51,11 @@ import z3
 from kvhit.model.finders import Frame, Scan, find, frame_for, run_scan, scan_for
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, longest_hit, valid, window_span
+from kvhit.proofs import linearize as linear
 from kvhit.proofs.cases import CaseOps, Cases, is_boolean
 from kvhit.proofs.common import FINDERS
 from kvhit.proofs.instantiate import ground
+from kvhit.proofs.linearize import linearize
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
@@ -151,8 +153,8 @@ class Setting:
 
     kind: str
     eagle: bool
-    block_size: int
-    alignment: int
+    block_size: Any
+    alignment: Any
     ops: Z3Ops
     row: Any
     m: Any
@@ -197,7 +199,7 @@ class Setting:
 
 
 def make_setting(
-    kind: str, eagle: bool, b: int, a: int, bound: int | None, tag: str = ""
+    kind: str, eagle: bool, b: Any, a: Any, bound: int | None, tag: str = ""
 ) -> Setting:
     """Symbolic parameters for one finder at block size b and alignment a.
 
@@ -339,44 +341,66 @@ def fresh_state(template: tuple[Any, ...], prefix: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Any]:
-    """The three obligations (each a formula that holds on a counterexample) at index j.
+Part = tuple[list[Any], Any]
+"""An obligation: its assumptions and the negation of its claim."""
 
-    ``init`` ignores j; ``exit`` too. ``step`` at j steps from the visited region
-    ending (up) or starting (down) at j.
-    """
+
+def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Part]:
+    """The three obligations at index j: ``init`` and ``exit`` ignore j; ``step``
+    steps from the visited region ending (up) or starting (down) at j."""
     inv = INVARIANTS[s.kind]
     scan = s.scan
     state = fresh_state(scan.start, f"{tag}_s")
     bit = s.ops.bit
     if scan.direction == "up":
-        init = z3.Not(inv(s, scan.start, 0))
-        step = z3.And(
-            inv(s, state, j),
-            0 <= j,
-            j < scan.limit,
-            z3.Not(inv(s, scan.step(state, j, bit(s.row, j)), j + 1)),
-        )
-        exit_ = z3.And(inv(s, state, scan.limit), z3.Not(s.contract(scan.finish(state))))
+        first, last, inside = 0, scan.limit, [0 <= j, j < scan.limit]
+        index, after = j, j + 1
     else:
-        init = z3.Not(inv(s, scan.start, scan.limit))
-        step = z3.And(
-            inv(s, state, j),
-            0 < j,
-            j <= scan.limit,
-            z3.Not(inv(s, scan.step(state, j - 1, bit(s.row, j - 1)), j - 1)),
-        )
-        exit_ = z3.And(inv(s, state, 0), z3.Not(s.contract(scan.finish(state))))
-    return {"init": init, "step": step, "exit": exit_}
+        first, last, inside = scan.limit, 0, [0 < j, j <= scan.limit]
+        index, after = j - 1, j - 1
+    stepped = scan.step(state, index, bit(s.row, index))
+    return {
+        "init": ([], z3.Not(inv(s, scan.start, first))),
+        "step": ([inv(s, state, j), *inside], z3.Not(inv(s, stepped, after))),
+        "exit": ([inv(s, state, last)], z3.Not(s.contract(scan.finish(state)))),
+    }
 
 
 def unbounded_goals(kind: str, eagle: bool, b: int, a: int) -> list[Goal]:
     """Start, step and exit of the loop invariant, over rows of any length."""
     s = make_setting(kind, eagle, b, a, None)
     j = z3.Int(f"{kind}_{eagle}_{b}_{a}_j")
-    parts = induction_parts(s, j, "u")
     label = f"{finder_label(kind, eagle)} b={b} A={a}"
-    return [Goal(f"{label}: {name}", ground([*s.pre, term])) for name, term in parts.items()]
+    return [
+        Goal(f"{label}: {name}", [*s.pre, *assumed], negation, prepare=ground)
+        for name, (assumed, negation) in induction_parts(s, j, "u").items()
+    ]
+
+
+def symbolic_goals(kind: str, eagle: bool) -> list[Goal]:
+    """Start, step and exit of the loop invariant with b and A symbolic too (b ≥ 1,
+    A = a·b, a ≥ 1): products and quotients by b, A and the chunk are made linear by
+    :func:`kvhit.proofs.linearize.linearize`, whose lemmas ``arithmetic_lemmas`` proves."""
+    label = finder_label(kind, eagle)
+    tag = label.replace(" ", "_")
+    b, a, ratio = z3.Ints(f"{tag}_b {tag}_A {tag}_a")
+    s = make_setting(kind, eagle, b, a, None, tag="_sym")
+    scales = [b, a] + ([s.group.chunk] if kind == "chunked_local" else [])
+    pre = [*s.pre, b >= 1, ratio >= 1, a == ratio * b]
+
+    def prepare(terms: list[Any]) -> list[Any]:
+        return linearize(ground(terms), scales, [(b, a, ratio)])
+
+    j = z3.Int(f"{tag}_sym_j")
+    return [
+        Goal(f"{label} b, A symbolic: {name}", [*pre, *assumed], negation, prepare=prepare)
+        for name, (assumed, negation) in induction_parts(s, j, "s").items()
+    ]
+
+
+def lemma_theorem_goals(bound: int | None) -> list[Goal]:
+    """Each arithmetic lemma the linear goals rest on, as its own nonlinear goal."""
+    return [Goal(f"lemma {name}", [], z3.Not(claim)) for name, claim in linear.lemmas().items()]
 
 
 def unrolled_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[Goal]:
@@ -386,7 +410,8 @@ def unrolled_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[G
     return [
         Goal(
             f"{finder_label(kind, eagle)} b={b} A={a}: unrolled",
-            [*s.pre, z3.Not(s.contract(hit))],
+            s.pre,
+            z3.Not(s.contract(hit)),
             witness=contract_witness(s, bound),
             logic="QF_AUFLIA",
             # cvc5's default decision order (justification) takes minutes on these
@@ -452,6 +477,37 @@ THEOREMS = [
         expected="proved",
         kind="unbounded",
         build=lambda bound: _all(unbounded_goals, CONFIGS),
+        rests_on="model code: each finder's Scan (start, step, finish)",
+        scope="any row length, window, chunk, m, T; b/A "
+        + " ".join(f"{b}/{a}" for b, a in CONFIGS),
+    ),
+    Theorem(
+        name="finder_contracts_symbolic",
+        statement=(
+            "Every finder (every kind and the eagle wrapper) meets its contract for every "
+            "block size b >= 1 and alignment A with b | A, every cache row of any length, "
+            "window, chunk, m and T: the loop invariant over the model's own scan step, "
+            "with products and quotients by b, A and the chunk read as functions bound by "
+            "the lemmas of arithmetic_lemmas."
+        ),
+        expected="proved",
+        kind="unbounded",
+        build=lambda bound: [g for kind, eagle in FINDERS for g in symbolic_goals(kind, eagle)],
+        rests_on="model code: each finder's Scan; x*b, x/b, x%A as functions + arithmetic_lemmas",
+        scope="any row length, window, chunk, m, T; every b >= 1, A = a*b",
+    ),
+    Theorem(
+        name="arithmetic_lemmas",
+        statement=(
+            "The integer facts finder_contracts_symbolic's linear goals are instances of: "
+            "floor bounds of x/d, products by d >= 1 keep order and small gaps, the "
+            "remainder, and a multiple of a*d is a multiple of d."
+        ),
+        expected="proved",
+        kind="unbounded",
+        build=lemma_theorem_goals,
+        rests_on="integer arithmetic (nonlinear goals, no abstraction)",
+        scope="every integer d >= 1, x, y, k, a",
     ),
     *(
         Theorem(
@@ -466,6 +522,8 @@ THEOREMS = [
             bound=bound,
             quick_bound=12,
             build=lambda n, b=b, a=a: _all(unrolled_goals, ((b, a),), n),
+            rests_on="model code: each finder's whole scan, unrolled",
+            scope=f"rows of N blocks; b/A {b}/{a}",
         )
         for name, b, a, bound in UNROLLED_CHECKS
     ),

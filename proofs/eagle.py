@@ -8,8 +8,10 @@ on a symbolic query (:func:`kvhit.proofs.common.sym_query`) against L*, the spec
   groups) inside the fixed point return L*, for an eagle group alone or next to any
   other finder; proved.
 - ``eagle_spiral``: an eagle finder that drops a block on *every* call — the base
-  finder's hit minus one block, rounded down to A (:func:`spiral_finder`) — inside the
-  same loop answers L*; refuted: each pass drops another block, down to 0.
+  finder's hit minus one block, rounded down to A — inside the
+  same loop answers L*; refuted: each pass drops another block, down to 0. The
+  spiral lives with the model's other known-wrong algorithms
+  (:func:`kvhit.model.algorithms.spiral_fixed_point`).
 - ``single_pass_two_windows``: one pass, no repeat
   (:func:`~kvhit.model.algorithms.single_pass`), answers L* for two sliding windows;
   refuted.
@@ -23,53 +25,14 @@ on a symbolic query (:func:`kvhit.proofs.common.sym_query`) against L*, the spec
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
-from kvhit.model.algorithms import (
-    Finder,
-    fixed_point,
-    fixed_point_of,
-    group_finders,
-    max_passes,
-    single_pass,
-    top_length,
-)
-from kvhit.model.finders import find
-from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Group, Query
-from kvhit.proofs.common import FINDERS, SymQuery, spec_answer, sym_query
+from kvhit.model.algorithms import fixed_point, single_pass, spiral_fixed_point
+from kvhit.proofs.common import FINDERS, SymQuery, sym_query
 from kvhit.proofs.registry import Goal, Theorem
-from kvhit.proofs.witness import witness_for
+from kvhit.proofs.witness import spec_goal
 
 EAGLES: tuple[tuple[str, bool], ...] = (("full", True), ("sliding_window", True))
-
-
-def spiral_finder(g: Group, row: Any, q: Query, ops: Ops = PY) -> Finder:
-    """The known-wrong eagle finder: the base kind's hit at m, minus one block, rounded
-    down to A — on every call, so every pass of the fixed point drops again."""
-    base = replace(g, eagle=False)
-    b, a = g.block_size, q.alignment
-
-    def spiral(m: Any) -> Any:
-        hit = find(base, row, m, a, q.num_tokens, ops)
-        return ops.ite(hit >= b, ops.div(hit - b, a) * a, 0)
-
-    return spiral
-
-
-def spiral_finders(q: Query, ops: Ops = PY) -> list[Finder]:
-    """The model's finders, with every eagle group's replaced by the spiral."""
-    right = group_finders(q, ops)
-    return [
-        spiral_finder(g, row, q, ops) if g.eagle else f
-        for g, row, f in zip(q.groups, q.cached, right)
-    ]
-
-
-def spiral_fixed_point(q: Query, ops: Ops = PY) -> Any:
-    """The fixed point over :func:`spiral_finders`."""
-    return fixed_point_of(spiral_finders(q, ops), top_length(q, ops), max_passes(q, ops), ops)
 
 
 def label(kinds: tuple[tuple[str, bool], ...]) -> str:
@@ -88,18 +51,10 @@ def single_drop_goals(bound: int | None) -> list[Goal]:
     sets = [(e,) for e in EAGLES] + [
         (e, other) for i, e in enumerate(EAGLES) for other in FINDERS if other not in EAGLES[:i]
     ]
-    goals = []
-    for kinds in sets:
-        sq = query_for(kinds, blocks, "eagle")
-        algorithms = {"fixed point": fixed_point}
-        goals.append(
-            Goal(
-                label(kinds),
-                [*sq.pre, fixed_point(sq.query, sq.ops) != spec_answer(sq)],
-                witness=witness_for(sq, "fixed point", algorithms, lambda got, best: got != best),
-            )
-        )
-    return goals
+    return [
+        spec_goal(label(kinds), query_for(kinds, blocks, "eagle"), "fixed point", fixed_point)
+        for kinds in sets
+    ]
 
 
 def wrong_goal(
@@ -107,13 +62,8 @@ def wrong_goal(
 ) -> Goal:
     """``run`` (an algorithm over a query) != L*, with the smallest M and cache."""
     sq = query_for(kinds, blocks, "wrong")
-    algorithms = {algorithm: run, "fixed point": fixed_point}
-    return Goal(
-        label(kinds),
-        [*sq.pre, run(sq.query, sq.ops) != spec_answer(sq)],
-        witness=witness_for(sq, algorithm, algorithms, lambda got, best: got != best, note),
-        minimize=[sq.query.max_length, sq.cached_count()],
-    )
+    others = {"fixed point": fixed_point}
+    return spec_goal(label(kinds), sq, algorithm, run, others, note=note, smallest=True)
 
 
 def spiral_goals(bound: int | None) -> list[Goal]:
@@ -144,6 +94,8 @@ THEOREMS = [
         bound=4,
         quick_bound=3,
         build=single_drop_goals,
+        rests_on="model code: fixed_point, eagle wrapper",
+        scope="b = A = 1; eagle + any finder",
     ),
     Theorem(
         name="eagle_spiral",
@@ -156,6 +108,8 @@ THEOREMS = [
         bound=5,
         quick_bound=3,
         build=spiral_goals,
+        rests_on="model code: spiral_fixed_point",
+        scope="b = A = 1; 1 eagle group",
     ),
     Theorem(
         name="single_pass_two_windows",
@@ -168,5 +122,7 @@ THEOREMS = [
         bound=5,
         quick_bound=3,
         build=single_pass_goals,
+        rests_on="model code: single_pass",
+        scope="2 windows, b = A = 1",
     ),
 ]

@@ -1,96 +1,191 @@
-"""Theorems 1 and 2: the fixed point is maximal, and how long it takes.
+"""Theorems 1 and 2: the fixed point returns L*, within floor(M/A)+1 passes.
 
-Theorem 1 is unbounded: any number of groups G, in any order, any M, and any
-finders at all that meet the contract (:class:`kvhit.proofs.common.AbstractFinders`),
-lengths in units of the alignment. The loop of :func:`kvhit.model.algorithms.fixed_point_of`
-is argued by induction, one solver query per step of the argument:
+Both are proved over the model's own :class:`~kvhit.model.algorithms.Loop`, the two
+folds :func:`~kvhit.model.algorithms.fixed_point_of` runs, for any number of groups
+G (a z3 integer), any order and any M, with finders that are any functions at all
+meeting the contract (:class:`kvhit.proofs.common.AbstractFinders`; lengths in units
+of A). Each step of the code runs once on symbolic values against a loop invariant:
 
-1. a finder application keeps L* ≤ L ≤ (its input);
-2. so does every prefix of a pass (induction over the groups);
-3. a pass that leaves L unchanged went through L at every group (induction down
-   the pass), so L is valid for every group, so L ≤ L*, so L = L*.
+- the pass (fold of ``visit`` over groups 0 … G-1, from x): L* ≤ L ≤ x, and while L
+  is still x the group that L*'s definition blames for x (some group is invalid at
+  every candidate above L*) has not been visited. It holds at the start, one
+  ``visit`` keeps it (the finder's contract), and at the end it gives the *pass
+  contract*: L* ≤ after ≤ x, and after = x only when x = L*;
+- the loop (fold of ``settle`` over passes, given the pass contract): after p passes
+  L* ≤ L ≤ top, settled means L = L*, unsettled means L ≤ top - p. It holds at the
+  start, one pass keeps it, and after ``max_passes`` = floor(M/A)+1 passes it gives
+  settled at L = L*.
 
-``fixed_point_model_code`` then runs the model's own ``fixed_point_of``, unchanged,
-over G = 1, 2, 3 such finders for every top up to the bound, and checks it returns L*.
-
-Theorem 2: each pass that changes L lowers it by at least one unit and L never goes
-below L* ≥ 0, so at most ⌊M/A⌋+1 passes. The bound is reached: with G groups, the
-family "group g misses every block j ≡ g (mod G)" (mamba, b = 1) needs
-⌊(G−1)·n/G⌋ + 2 passes on n blocks, so M+1 once G ≥ M; and with two groups no cache
-state needs more than ⌊n/2⌋ + 2.
+Theorem 1 (``fixed_point_maximal``) is those six goals. Theorem 2 (``termination``)
+adds that a pass that does not settle lowers L by at least one unit, and that a
+settled state stays settled (so the early stop of ``fixed_point_of`` changes
+nothing). ``fixed_point_model_code`` runs ``fixed_point_of`` itself, unchanged, over
+1-3 such finders for every top up to the bound: a bounded cross-check of the driver.
+``many_passes``: no two-group state needs more than floor(n/2)+2 passes. That the
+bound floor(M/A)+1 is reached (G groups, group g missing blocks j ≡ g mod G) is
+checked by the tests on concrete states.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import z3
 
 from kvhit.model import algorithms
+from kvhit.model.algorithms import Loop
 from kvhit.model.ops import Ops
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
-from kvhit.proofs.common import AbstractFinders, sym_query
+from kvhit.proofs.common import AbstractFinders, SymQuery, sym_query
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
 from kvhit.proofs.symbolic import Z3Ops
 
 
-def maximal_goals(bound: int | None) -> list[Goal]:
-    af = AbstractFinders("fp")
-    F = af.F
-    G, top, x, g, i = z3.Ints("fp_G fp_top fp_x fp_g fp_i")
-    ls, best = af.best(G, top, "fp")
-    blame = z3.Function("fp_blame", z3.IntSort(), z3.IntSort())  # the one af.best defines
-    P = z3.Function("fp_P", z3.IntSort(), z3.IntSort())  # L after the first i finders of a pass
-    k = z3.Int("fp_k")
-    base = [*af.contract(), G >= 1, top >= 0, *best]
-    inside = z3.And(ls <= x, x <= top)
-    # each step uses only the instance of "P(i+1) = F(i, P(i))" it is about
-    step_i = [i >= 0, i < G, P(i + 1) == F(i, P(i)), ls <= P(i), P(i) <= x]
+@dataclass
+class Setting:
+    """Everything the loop-invariant goals share: G groups behind uninterpreted
+    contract-meeting finders, M (A = 1: lengths in units of A), the model's own
+    :class:`~kvhit.model.algorithms.Loop` over them, and L* with its blame function."""
 
-    def used(group: Any, m: Any) -> list[Any]:
-        """The instances of the contract and of L*'s validity the step rests on (stated
-        outright so that a second solver need not find them)."""
+    af: AbstractFinders
+    loop: Loop
+    groups: Any
+    top: Any
+    passes: Any
+    best: Any
+    blame: Any
+    facts: list[Any]
+
+    def contract_at(self, g: Any, m: Any) -> list[Any]:
+        """The contract of group g's finder at input m, and L*'s validity for g: the
+        instances the goals rest on (stated outright, so no solver has to find them)."""
+        F, V, ls = self.af.F, self.af.V, self.best
+        inside = z3.And(g >= 0, g < self.groups)
         return [
-            F(group, m) >= 0,
-            F(group, m) <= m,
-            z3.Implies(z3.And(m >= 0, F(group, m) < ls, ls <= m), z3.Not(af.V(group, ls))),
-            z3.Implies(z3.And(group >= 0, group < G), af.V(group, ls)),
+            z3.Implies(m >= 0, z3.And(F(g, m) >= 0, F(g, m) <= m, V(g, F(g, m)))),
+            z3.Implies(z3.And(m >= 0, F(g, m) < ls, ls <= m), z3.Not(V(g, ls))),
+            z3.Implies(inside, V(g, ls)),
         ]
 
-    return [
-        Goal("the fixed point starts at or above L*", [*base, top < ls]),
-        Goal(
-            "a finder keeps L* <= L <= its input",
-            [
-                *base,
-                inside,
-                g >= 0,
-                g < G,
-                *used(g, x),
-                z3.Not(z3.And(ls <= F(g, x), F(g, x) <= x)),
-            ],
+    def blamed(self, x: Any) -> Any:
+        """L*'s definition at x: a candidate above L* is invalid for some group,
+        ``blame(x)``."""
+        b = self.blame(x)
+        return z3.Implies(
+            z3.And(self.best < x, x <= self.top),
+            z3.And(b >= 0, b < self.groups, z3.Not(self.af.V(b, x))),
+        )
+
+    def pass_invariant(self, start: Any, g: Any, length: Any) -> Any:
+        """After the first g finders of a pass that began at ``start``: L* ≤ L ≤ start,
+        and if L is still ``start``, the group to blame for it is not among them."""
+        return z3.And(
+            0 <= g,
+            g <= self.groups,
+            self.best <= length,
+            length <= start,
+            z3.Implies(length == start, z3.Or(start <= self.best, self.blame(start) >= g)),
+        )
+
+    def pass_contract(self, start: Any, after: Any) -> Any:
+        """What a whole pass gives: L* ≤ after ≤ start, and a pass that changed
+        nothing began at L*."""
+        return z3.And(
+            self.best <= after,
+            after <= start,
+            z3.Implies(after == start, start == self.best),
+        )
+
+    def loop_invariant(self, p: Any, state: Any) -> Any:
+        """After p passes: L* ≤ L ≤ top; settled means L = L*; unsettled means every
+        pass so far lowered L, so L ≤ top - p."""
+        length, done = state
+        return z3.And(
+            0 <= p,
+            p <= self.passes,
+            self.best <= length,
+            length <= self.top,
+            z3.Implies(done, length == self.best),
+            z3.Implies(z3.Not(done), length <= self.top - p),
+        )
+
+
+def setting() -> Setting:
+    """Any number of groups, any M, any contract-meeting finders, as z3 terms."""
+    af = AbstractFinders("fp")
+    G, m = z3.Ints("fp_G fp_M")
+    q = Query((), (), m, m + 1, 1)  # the limits only: A = 1, lengths in units of A
+    ops = Z3Ops(bound=1)
+    top, passes = algorithms.top_length(q, ops), algorithms.max_passes(q, ops)
+    ls = z3.Int("fp_Lstar")
+    blame = z3.Function("fp_blame", z3.IntSort(), z3.IntSort())
+    loop = Loop(af.F, G, ops)
+    facts = [G >= 1, m >= 0, ls >= 0, ls <= top]
+    return Setting(af, loop, G, top, passes, ls, blame, facts)
+
+
+def loop_goals() -> dict[str, Goal]:
+    """Every obligation of the two loop invariants, by name (see the module docstring)."""
+    s = setting()
+    loop = s.loop
+    x, length, g, p, after = z3.Ints("fp_x fp_L fp_g fp_p fp_after")
+    done = z3.Bool("fp_done")
+    state = (length, done)
+    at_x = [*s.facts, s.best <= x, x <= s.top, s.blamed(x)]
+    stepped = loop.visit(length, g)
+    settled = loop.settle(state, after)
+    return {
+        "pass start": Goal(
+            "a pass starts inside its invariant", at_x, z3.Not(s.pass_invariant(x, 0, x))
         ),
-        Goal(
-            "each prefix of a pass keeps L* <= L <= L at the pass start (step i -> i+1)",
-            [*base, inside, *step_i, *used(i, P(i)), z3.Not(z3.And(ls <= P(i + 1), P(i + 1) <= x))],
+        "pass step": Goal(
+            "one finder of a pass keeps the pass invariant",
+            [*at_x, s.pass_invariant(x, g, length), g < s.groups, *s.contract_at(g, length)],
+            z3.Not(s.pass_invariant(x, g + 1, stepped)),
         ),
-        Goal(
-            "a pass that ends where it started went through L everywhere (step i+1 -> i)",
-            [*base, inside, *step_i, P(i + 1) >= x, P(i) < x],
+        "pass end": Goal(
+            "a whole pass meets the pass contract",
+            [*at_x, s.pass_invariant(x, s.groups, length)],
+            z3.Not(s.pass_contract(x, length)),
         ),
-        Goal(
-            "a pass through L everywhere means L is valid for every group, so L = L*",
-            [
-                *base,
-                inside,
-                z3.ForAll([k], z3.Implies(z3.And(k >= 0, k <= G), P(k) == x)),
-                # the blamed group's own step of the pass
-                P(blame(x) + 1) == F(blame(x), P(blame(x))),
-                x != ls,
-            ],
+        "loop start": Goal(
+            "the loop starts inside its invariant",
+            s.facts,
+            z3.Not(s.loop_invariant(0, loop.start(s.top))),
         ),
-    ]
+        "loop step": Goal(
+            "one pass (settle after the pass contract) keeps the loop invariant",
+            [*s.facts, s.loop_invariant(p, state), p < s.passes, s.pass_contract(length, after)],
+            z3.Not(s.loop_invariant(p + 1, settled)),
+        ),
+        "loop end": Goal(
+            "after floor(M/A)+1 passes the loop has settled at L*",
+            [*s.facts, s.loop_invariant(s.passes, state)],
+            z3.Not(z3.And(done, loop.finish(state) == s.best)),
+        ),
+        "lowers": Goal(
+            "a pass that does not settle lowers L by at least one unit of A",
+            [*s.facts, s.loop_invariant(p, state), p < s.passes, s.pass_contract(length, after)],
+            z3.Not(z3.Or(settled[1], loop.finish(settled) <= length - 1)),
+        ),
+        "stays": Goal(
+            "a settled state stays settled: stopping early changes nothing",
+            [*s.facts, done],
+            z3.Not(z3.And(settled[0] == length, settled[1])),
+        ),
+    }
+
+
+MAXIMAL = ("pass start", "pass step", "pass end", "loop start", "loop step", "loop end")
+TERMINATION = ("loop start", "lowers", "loop end", "stays")
+
+
+def invariant_goals(names: tuple[str, ...]) -> Callable[[int | None], list[Goal]]:
+    """The goals of ``names`` (a fresh set of terms on each build)."""
+    return lambda bound: [loop_goals()[name] for name in names]
 
 
 def mamba_witness(af: AbstractFinders, groups: int, top: int, run: Any) -> Any:
@@ -129,39 +224,12 @@ def model_code_goals(bound: int | None) -> list[Goal]:
             goals.append(
                 Goal(
                     f"G={groups} top={top}",
-                    [*af.ground_contract(groups, top), *best, got != ls],
+                    [*af.ground_contract(groups, top), *best],
+                    got != ls,
                     witness=mamba_witness(af, groups, top, algorithms.fixed_point),
                 )
             )
     return goals
-
-
-def termination_goals(bound: int | None) -> list[Goal]:
-    af = AbstractFinders("tm")
-    G, top, x, p = z3.Ints("tm_G tm_top tm_x tm_p")
-    ls, best = af.best(G, top, "tm")
-    P = z3.Function("tm_P", z3.IntSort(), z3.IntSort())  # L after the first i finders
-    X = z3.Function("tm_X", z3.IntSort(), z3.IntSort())  # L after p passes
-    base = [*af.contract(), G >= 1, top >= 0, *best]
-
-    def between(n: Any) -> Any:
-        """What theorem 1's pass lemmas give for pass n: L* <= X(n+1) <= X(n)."""
-        return z3.And(ls <= X(n + 1), X(n + 1) <= X(n))
-
-    return [
-        Goal(
-            "a pass that changes L lowers it by at least one unit of A",
-            [*base, ls <= x, x <= top, P(0) == x, ls <= P(G), P(G) <= x, P(G) != x, P(G) > x - 1],
-        ),
-        Goal(
-            "after p changing passes L <= top - p (step p -> p+1)",
-            [*base, p >= 0, between(p), X(p) <= top - p, X(p + 1) != X(p), X(p + 1) > top - p - 1],
-        ),
-        Goal(
-            "so top + 1 changing passes are impossible: at most floor(M/A) + 1 passes",
-            [*base, between(top), X(top + 1) <= top - (top + 1)],
-        ),
-    ]
 
 
 class CountingOps(Ops):
@@ -202,22 +270,10 @@ def family_passes(groups: int, blocks: int) -> int:
 
 
 def many_passes_goals(bound: int | None) -> list[Goal]:
+    """Two groups, M = n blocks: one pass more than floor(n/2)+2 never changes L."""
     assert bound is not None
     goals = []
-    wrong = [
-        (groups, n, passes_of(family(groups, n)))
-        for groups in (2, 3, 4)
-        for n in range(1, bound + 1)
-        if passes_of(family(groups, n)) != family_passes(groups, n)
-    ]
-    goals.append(
-        Goal(
-            f"the family needs floor((G-1)n/G)+2 passes, G = 2..4, n = 1..{bound}",
-            [z3.BoolVal(bool(wrong))],
-        )
-    )
-    tight = min(bound, 8)
-    for n in range(1, tight + 1):
+    for n in range(1, min(bound, 8) + 1):
         sq = sym_query(["mamba", "mamba"], n, f"mp{n}")
         q = sq.query
         finders = algorithms.group_finders(q, sq.ops)
@@ -227,10 +283,26 @@ def many_passes_goals(bound: int | None) -> list[Goal]:
         goals.append(
             Goal(
                 f"two groups, M = {n}: no state needs {need} passes",
-                [*sq.pre, q.max_length == n, before != after],
+                [*sq.pre, q.max_length == n],
+                before != after,
+                witness=passes_witness(sq, need - 2),
             )
         )
     return goals
+
+
+def passes_witness(sq: SymQuery, most: int) -> Any:
+    """The state as a query; broken when the plain fixed point runs more than ``most``
+    passes on it."""
+
+    def witness(model: z3.ModelRef) -> Counterexample:
+        q = sq.concrete(model)
+        got, passes = algorithms.fixed_point(q), passes_of(q)
+        answers = {"fixed point": got, "passes": passes, "L*": algorithms.brute_force(q)}
+        note = f"{passes} passes, more than {most}"
+        return Counterexample(q, "fixed point", got, answers, broken=passes > most, note=note)
+
+    return witness
 
 
 THEOREMS = [
@@ -238,12 +310,15 @@ THEOREMS = [
         name="fixed_point_maximal",
         statement=(
             "For any number of groups in any order and any M, if every finder meets its "
-            "contract, the fixed point returns L* (induction over finders and passes, "
-            "lengths in units of A)."
+            "contract, the model's Loop (the fold fixed_point_of runs) returns L* after "
+            "its floor(M/A)+1 passes: a loop invariant per fold, over one symbolic step "
+            "of the model's own visit and settle (lengths in units of A)."
         ),
         expected="proved",
         kind="unbounded",
-        build=maximal_goals,
+        build=invariant_goals(MAXIMAL),
+        rests_on="model code: Loop (finders abstract)",
+        scope="any G, order, M",
     ),
     Theorem(
         name="fixed_point_model_code",
@@ -256,28 +331,34 @@ THEOREMS = [
         bound=6,
         quick_bound=4,
         build=model_code_goals,
+        rests_on="model code: fixed_point_of (finders abstract)",
+        scope="G = 1-3, top <= N units of A",
     ),
     Theorem(
         name="termination",
         statement=(
-            "Every pass that changes L lowers it by at least A and L stays at or above "
-            "L* >= 0, so the fixed point settles within floor(M/A)+1 passes."
+            "A pass of the model's Loop that does not settle lowers L by at least A, L "
+            "stays at or above L* >= 0, and a settled state stays settled, so the loop "
+            "settles within floor(M/A)+1 passes (any groups, order, M)."
         ),
         expected="proved",
         kind="unbounded",
-        build=termination_goals,
+        build=invariant_goals(TERMINATION),
+        rests_on="model code: Loop (finders abstract)",
+        scope="any G, order, M",
     ),
     Theorem(
         name="many_passes",
         statement=(
-            "The termination bound is reached: G groups where group g misses blocks "
-            "j = g (mod G) need floor((G-1)n/G)+2 passes on n blocks (M+1 once G >= M), "
-            "and no two-group state needs more than floor(n/2)+2."
+            "No two-group cache state (mamba, b = 1, M = n blocks) needs more than "
+            "floor(n/2)+2 passes of the model's fixed point."
         ),
         expected="proved",
         kind="bounded",
-        bound=32,
-        quick_bound=16,
+        bound=8,
+        quick_bound=6,
         build=many_passes_goals,
+        rests_on="model code: fixed_point_of, mamba finders",
+        scope="2 groups, b = A = 1, M <= min(N, 8)",
     ),
 ]

@@ -79,7 +79,6 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
         length >= 0,
         length / b + 1 <= bound,
         num_tokens > length,
-        staged != blockwise,
     ]
     name = f"{kind}{' eagle' if eagle else ''} b={b}"
 
@@ -106,7 +105,7 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
         answers = {"formula": formula, "spec": spec}
         return Counterexample(q, "impl formula", at, answers, broken=formula != spec)
 
-    return Goal(name, assertions, witness=witness)
+    return Goal(name, assertions, staged != blockwise, witness=witness)
 
 
 def build(bound: int | None) -> list[Goal]:
@@ -130,5 +129,7 @@ THEOREMS = [
         quick_bound=6,
         build=build,
         tags=("impl",),
+        rests_on="impl code: stage, Plan.holds vs spec valid",
+        scope="1 group: every kind, b = 1-4",
     ),
 ]

@@ -1,4 +1,4 @@
-"""Theorem 5: min-of-groups is only ever unsafe, and wrong (DESIGN.md §3).
+"""Theorem 5: min-of-groups is only ever unsafe, and wrong (docs/design.md §3).
 
 Both claims run the model's own :func:`~kvhit.model.algorithms.min_of_groups` on a
 symbolic query (:func:`kvhit.proofs.common.sym_query`) against L*, the spec's ``valid``
@@ -10,7 +10,7 @@ over every candidate (:func:`kvhit.proofs.common.spec_answer`):
   proved. (Each group's hit from the top is at least L*, since L* is valid for it.)
 - ``min_is_longest``: "min == L*", refuted. Goals go from 1 group up, so the first
   counterexample has the fewest groups; within it z3 ``Optimize`` minimizes M, then
-  the cached blocks. What comes out is as small as DESIGN.md §1's case: two groups,
+  the cached blocks. What comes out is as small as docs/design.md §1.5's case: two groups,
   two cached blocks, M = 2.
 
     >>> [goal.name for goal in refutation_goals(4)][:2]
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import combinations_with_replacement
+from operator import lt
 
 from kvhit.model.algorithms import min_of_groups
-from kvhit.proofs.common import FINDERS, SymQuery, spec_answer, sym_query
+from kvhit.proofs.common import FINDERS, SymQuery, sym_query
 from kvhit.proofs.registry import Goal, Theorem
-from kvhit.proofs.witness import witness_for
+from kvhit.proofs.witness import spec_goal
 
 Shape = tuple[str, bool, int]
 """A group's kind, eagle flag and block size."""
@@ -76,31 +77,15 @@ def label(shapes: tuple[Shape, ...], alignment: int) -> str:
 def lower_bound_goal(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> Goal:
     """A counterexample to min ≥ L*: min answers less than L*."""
     sq = query_for(shapes, alignment, blocks)
-    found = min_of_groups(sq.query, sq.ops)
-    return Goal(
-        label(shapes, alignment),
-        [*sq.pre, found < spec_answer(sq)],
-        witness=witness_for(
-            sq, "min of groups", {"min of groups": min_of_groups}, lambda got, best: got < best
-        ),
-    )
+    return spec_goal(label(shapes, alignment), sq, "min of groups", min_of_groups, breaks=lt)
 
 
 def exactness_goal(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> Goal:
     """A counterexample to min == L*, as small as z3 can make it."""
     sq = query_for(shapes, alignment, blocks)
-    found = min_of_groups(sq.query, sq.ops)
-    return Goal(
-        label(shapes, alignment),
-        [*sq.pre, found != spec_answer(sq)],
-        witness=witness_for(
-            sq,
-            "min of groups",
-            {"min of groups": min_of_groups},
-            lambda got, best: got != best,
-            note="fewest groups, then smallest M, then fewest cached blocks",
-        ),
-        minimize=[sq.query.max_length, sq.cached_count()],
+    note = "fewest groups, then smallest M, then fewest cached blocks"
+    return spec_goal(
+        label(shapes, alignment), sq, "min of groups", min_of_groups, note=note, smallest=True
     )
 
 
@@ -141,6 +126,8 @@ THEOREMS = [
         bound=5,
         quick_bound=3,
         build=lower_bound_goals,
+        rests_on="model code: min_of_groups, finders",
+        scope="1-2 groups at b/A 1/1, 2/2; 3 non-closed",
     ),
     Theorem(
         name="min_is_longest",
@@ -153,5 +140,7 @@ THEOREMS = [
         bound=6,
         quick_bound=4,
         build=refutation_goals,
+        rests_on="model code: min_of_groups, finders",
+        scope="1-3 groups, b = A = 1",
     ),
 ]

@@ -1,20 +1,22 @@
-"""The theorem registry behind ``kvhit prove`` (DESIGN.md §3).
+"""The theorem registry behind ``kvhit prove`` (docs/design.md §3).
 
 A theorem is a :class:`Theorem`: a name, a one-sentence statement, the status it is
 expected to get (``"proved"``, or ``"refuted"`` for a known-wrong algorithm), whether
 it is ``"unbounded"`` or ``"bounded"`` (and its default bound), and a ``build``
 function that makes its solver queries at a given bound.
 
-``build(bound)`` returns a list of :class:`Goal`. Each goal is a set of z3
-assertions that together say **the claim is false** (they describe a
+``build(bound)`` returns a list of :class:`Goal`. Each goal is z3 assumptions and
+the claim's negation, which together say **the claim is false** (they describe a
 counterexample). The runner (:mod:`kvhit.proofs.runner`) checks every goal:
 
-- every goal ``unsat``: the theorem is *proved*;
+- every goal ``unsat``, and each one's assumptions alone ``sat``: the theorem is
+  *proved*; assumptions that are unsat by themselves make it *vacuous*, a failure
+  (such a goal could never have failed);
 - some goal ``sat``: the theorem is *refuted*; the goal's ``witness`` turns the
   solver's model into a :class:`Counterexample` (a protocol query and each
   algorithm's answer on it), which must really break the claim when run through the
   plain Python model (``Counterexample.broken``), or the result is an *error*;
-- ``unknown`` or a timeout: *unknown*, a failure, never a pass.
+- ``unknown`` or a timeout: *unknown* or *timeout*, a failure, never a pass.
 
 A goal with ``minimize`` terms is solved with ``z3.Optimize`` and those terms are
 minimized in order (lexicographically), so a refutation is as small as it can be.
@@ -25,7 +27,7 @@ Writing a theorem module (``proofs/impl_formula.py`` is one)::
 
     def build(bound: int | None) -> list[Goal]:
         ...                              # z3 terms from the model's own code
-        return [Goal("formula == spec", [claim_is_false], witness=to_counterexample)]
+        return [Goal("formula == spec", assumptions, claim_is_false, witness=to_counterexample)]
 
     THEOREMS = [
         Theorem(
@@ -50,13 +52,24 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import z3
 
 from kvhit.model.spec import Query
 
-STATUSES = ("proved", "refuted", "unknown", "error")
+
+class Status(StrEnum):
+    """What a theorem came to (the runner's verdict)."""
+
+    PROVED = "proved"  # every goal unsat, and no goal's assumptions alone unsat
+    REFUTED = "refuted"  # a goal sat, its counterexample confirmed by the plain model
+    UNKNOWN = "unknown"  # z3 gave up on a goal: a failure
+    TIMEOUT = "timeout"  # z3 ran out of time on a goal: a failure
+    VACUOUS = "vacuous"  # a goal's assumptions alone are unsat: it proves nothing
+    ERROR = "error"  # the goals could not be built, or a counterexample does not reproduce
+
 
 THEOREM_MODULES = [
     "kvhit.proofs.fixed_point",
@@ -66,6 +79,7 @@ THEOREM_MODULES = [
     "kvhit.proofs.rounding",
     "kvhit.proofs.eagle",
     "kvhit.proofs.impl_formula",
+    "kvhit.proofs.lookup",
 ]
 """Every module that defines ``THEOREMS``, in the order ``kvhit prove`` runs them."""
 
@@ -104,21 +118,44 @@ Witness = Callable[[z3.ModelRef], Counterexample]
 
 @dataclass
 class Goal:
-    """One solver query: assertions that hold exactly on a counterexample to the claim.
+    """One solver query: assumptions and the claim's negation, which together hold
+    exactly on a counterexample to the claim.
 
+    The runner checks ``assertions`` (both), and, when they are unsat, the
+    ``context`` (the assumptions alone): it must be sat, or the goal is vacuous.
     ``witness`` reads a counterexample off a model (needed for goals that can be sat);
     ``minimize`` lists integer terms to minimize, most important first; ``logic``
     (an SMT-LIB logic such as ``"QF_AUFLIA"``) gives z3 its solver for that logic,
     which skips the general solver's preprocessing: much faster on a large
     quantifier-free goal. ``cvc5_options`` are set on cvc5 when it re-checks the goal.
+    ``prepare`` rewrites the assertions before they go to a solver (for instance
+    :func:`kvhit.proofs.instantiate.ground`); it may only weaken them.
     """
 
     name: str
-    assertions: Sequence[Any]
+    assumptions: Sequence[Any]
+    negation: Any
     witness: Witness | None = None
     minimize: Sequence[Any] = ()
     logic: str | None = None
     cvc5_options: Mapping[str, str] = field(default_factory=dict)
+    prepare: Callable[[list[Any]], list[Any]] | None = None
+
+    @property
+    def assertions(self) -> list[Any]:
+        """What the solver gets: the assumptions and the negated claim (prepared)."""
+        return self._prepared([*self.assumptions, self.negation])
+
+    @property
+    def context(self) -> list[Any]:
+        """The assumptions alone, prepared the same way: the vacuity check's query,
+        i.e. what the solver is given without the negated claim. (With quantified
+        assumptions grounded by ``prepare``, that is the grounded set the solver's
+        unsat answer rests on.)"""
+        return self._prepared(list(self.assumptions))
+
+    def _prepared(self, terms: list[Any]) -> list[Any]:
+        return self.prepare(terms) if self.prepare is not None else terms
 
 
 @dataclass(frozen=True)
@@ -127,20 +164,30 @@ class Theorem:
 
     name: str
     statement: str
-    expected: str  # "proved" or "refuted"
+    expected: Status  # PROVED, or REFUTED for a known-wrong algorithm
     kind: str  # "unbounded" or "bounded"
     build: Callable[[int | None], list[Goal]]
     bound: int | None = None
     quick_bound: int | None = None
     tags: tuple[str, ...] = field(default=())
+    rests_on: str = "model code"
+    """What the goals are about: the model's own code (which part), or an abstraction."""
+    scope: str = ""
+    """The range beyond the bound: which groups, block sizes, alignments, lengths."""
 
     def __post_init__(self) -> None:
-        if self.expected not in ("proved", "refuted"):
+        object.__setattr__(self, "expected", Status(self.expected))
+        if self.expected not in (Status.PROVED, Status.REFUTED):
             raise ValueError(f"{self.name}: expected must be 'proved' or 'refuted'")
         if self.kind not in ("unbounded", "bounded"):
             raise ValueError(f"{self.name}: kind must be 'unbounded' or 'bounded'")
         if self.kind == "bounded" and self.bound is None:
             raise ValueError(f"{self.name}: a bounded theorem needs a default bound")
+
+    def range_at(self, bound: int | None) -> str:
+        """Over what the goals range at ``bound``: unbounded or N, then the scope."""
+        reach = "unbounded" if bound is None else f"N={bound}"
+        return f"{reach}; {self.scope}" if self.scope else reach
 
     def bound_for(self, bound: int | None = None, quick: bool = False) -> int | None:
         """The bound this theorem runs at: None when unbounded, else the override,

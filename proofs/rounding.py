@@ -34,9 +34,9 @@ from kvhit.model.algorithms import Finder, fixed_point, fixed_point_of, top_leng
 from kvhit.model.finders import find
 from kvhit.model.ops import PY, Ops
 from kvhit.model.spec import KINDS, Query
-from kvhit.proofs.common import spec_answer, sym_query
+from kvhit.proofs.common import sym_query
 from kvhit.proofs.registry import Goal, Theorem
-from kvhit.proofs.witness import witness_for
+from kvhit.proofs.witness import spec_goal
 
 CONFIGS: tuple[tuple[tuple[int, int], int], ...] = (((1, 2), 2), ((2, 3), 6))
 """(block sizes of the two groups, alignment = their lcm)."""
@@ -75,12 +75,13 @@ def rounding_goal(kinds: tuple[str, str], sizes: tuple[int, int], a: int, max_to
         alignment=a,
         passes=max_top // sizes[-1] + 2,
     )
-    algorithms = {"own-block fixed point": own_block_fixed_point, "fixed point": fixed_point}
-    return Goal(
+    return spec_goal(
         f"{kinds[0]} b={sizes[0]} + {kinds[1]} b={sizes[1]} (A={a})",
-        [*sq.pre, own_block_fixed_point(sq.query, sq.ops) != spec_answer(sq)],
-        witness=witness_for(sq, "own-block fixed point", algorithms, lambda got, best: got != best),
-        minimize=[sq.query.max_length, sq.cached_count()],
+        sq,
+        "own-block fixed point",
+        own_block_fixed_point,
+        {"fixed point": fixed_point},
+        smallest=True,
     )
 
 
@@ -112,6 +113,8 @@ THEOREMS = [
         bound=6,
         quick_bound=4,
         build=rounding_goals(CONFIGS),
+        rests_on="model code: fixed_point_of, finders",
+        scope="2 groups; b 1,2 A=2; b 2,3 A=6",
     ),
     Theorem(
         name="own_block_rounding_coarse_alignment",
@@ -124,5 +127,7 @@ THEOREMS = [
         bound=8,
         quick_bound=4,
         build=rounding_goals((COARSE,)),
+        rests_on="model code: fixed_point_of, finders",
+        scope="2 groups; b 1,1 A=2",
     ),
 ]

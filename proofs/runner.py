@@ -20,15 +20,30 @@ from typing import Any
 
 import z3
 
-from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
+
+CONTEXT_SIZE = 12
+"""How many constants of a goal's satisfying context are kept for the report."""
 
 
 @dataclass
 class GoalResult:
+    """What z3 (and cvc5, if asked) said about one goal."""
+
     name: str
-    status: str  # "unsat", "sat", "unknown"
+    status: str  # "unsat", "sat", "unknown", "timeout"
     seconds: float
     cvc5: str | None = None  # "unsat", "sat", "unknown", or None when not re-checked
+    context: dict[str, Any] | None = None  # for an unsat goal: its assumptions satisfied
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "cvc5": self.cvc5,
+            "context": self.context,
+        }
 
 
 @dataclass
@@ -37,10 +52,12 @@ class Result:
 
     name: str
     statement: str
-    status: str
-    expected: str
+    status: Status
+    expected: Status
     bound: int | None
     seconds: float
+    rests_on: str = ""
+    range: str = ""
     cross_check: str | None = None  # None (not asked), "agree", or what went otherwise
     unconfirmed: int = 0  # unsat goals cvc5 did not also find unsat
     counterexample: Counterexample | None = None
@@ -50,7 +67,10 @@ class Result:
     @property
     def ok(self) -> bool:
         """The expected status, and cvc5 (when asked) also answering unsat on every
-        goal z3 found unsat: a cvc5 sat, unknown or timeout is a failure."""
+        goal z3 found unsat: a cvc5 sat, unknown or timeout is a failure. An expected
+        refutation needs a counterexample the plain model confirms."""
+        if self.expected == Status.REFUTED and self.counterexample is None:
+            return False
         return self.status == self.expected and not self.unconfirmed
 
     def to_json(self) -> dict[str, Any]:
@@ -60,9 +80,12 @@ class Result:
             "status": self.status,
             "expected": self.expected,
             "bound": self.bound,
+            "rests_on": self.rests_on,
+            "range": self.range,
             "seconds": round(self.seconds, 3),
             "cross_check": self.cross_check,
             "counterexample": self.counterexample.to_json() if self.counterexample else None,
+            "goals": [g.to_json() for g in self.goals],
         }
 
 
@@ -73,13 +96,17 @@ def smt2(goal: Goal) -> str:
     return f"; {goal.name}\n(set-logic ALL)\n{s.to_smt2()}"
 
 
-def z3_check(goal: Goal, timeout: float) -> tuple[str, z3.ModelRef | None]:
-    """sat / unsat / unknown, and the model when sat (minimized when the goal asks)."""
+def z3_check(
+    goal: Goal, timeout: float, assertions: list[Any] | None = None
+) -> tuple[str, z3.ModelRef | None]:
+    """sat / unsat / unknown / timeout for the goal's assertions (or ``assertions``),
+    and the model when sat (minimized when the goal asks)."""
     ms = max(1, int(timeout * 1000))
-    if goal.minimize:
+    terms = goal.assertions if assertions is None else assertions
+    if goal.minimize and assertions is None:
         opt = z3.Optimize()
         opt.set("timeout", ms)
-        opt.add(*goal.assertions)
+        opt.add(*terms)
         for term in goal.minimize:
             opt.minimize(term)
         result = opt.check()
@@ -89,11 +116,28 @@ def z3_check(goal: Goal, timeout: float) -> tuple[str, z3.ModelRef | None]:
     for seed in range(3):
         s = z3.SolverFor(goal.logic) if goal.logic else z3.Solver()
         s.set("timeout", ms, "random_seed", seed)
-        s.add(*goal.assertions)
+        s.add(*terms)
         result = s.check()
-        if result != z3.unknown or s.reason_unknown() in ("timeout", "canceled"):
+        if result == z3.unknown and s.reason_unknown() in ("timeout", "canceled"):
+            return "timeout", None
+        if result != z3.unknown:
             break
     return str(result), s.model() if result == z3.sat else None
+
+
+def context_of(model: z3.ModelRef) -> dict[str, Any]:
+    """A satisfying context, readable: the model's integer and boolean constants
+    (the first :data:`CONTEXT_SIZE` by name)."""
+    out: dict[str, Any] = {}
+    for decl in sorted(model.decls(), key=lambda d: d.name()):
+        if decl.arity() != 0 or len(out) >= CONTEXT_SIZE:
+            continue
+        value = model[decl]
+        if z3.is_int_value(value):
+            out[decl.name()] = value.as_long()
+        elif z3.is_true(value) or z3.is_false(value):
+            out[decl.name()] = z3.is_true(value)
+    return out
 
 
 def cvc5_check(text: str, timeout: float, options: Mapping[str, str] | None = None) -> str:
@@ -165,12 +209,21 @@ def run_theorem(
     """Build the theorem's goals at its bound and settle them."""
     at = theorem.bound_for(bound, quick)
     start = time.perf_counter()
-    result = Result(theorem.name, theorem.statement, "proved", theorem.expected, at, 0.0)
+    result = Result(
+        theorem.name,
+        theorem.statement,
+        Status.PROVED,
+        theorem.expected,
+        at,
+        0.0,
+        rests_on=theorem.rests_on,
+        range=theorem.range_at(at),
+    )
     try:
         goals = theorem.build(at)
         _settle(theorem, goals, result, timeout, cross_check, emit_dir)
     except Exception as err:  # a theorem that cannot be built or read back is an error
-        result.status = "error"
+        result.status = Status.ERROR
         result.detail = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
     result.seconds = time.perf_counter() - start
     return result
@@ -200,31 +253,55 @@ def _settle(
             if pool is not None:
                 job = pool.submit(cvc5_check, text, timeout, dict(goal.cvc5_options))
                 rechecks.append((record, job))
+            if not _not_vacuous(goal, record, result, timeout):
+                break
             continue
-        if status == "unknown":
-            result.status = "unknown"
-            result.detail = f"{goal.name}: z3 answered unknown (or timed out)"
+        if status in ("unknown", "timeout"):
+            result.status = Status(status)
+            result.detail = f"{goal.name}: z3 answered {status}"
             break
-        # sat: the claim is false here
-        if goal.witness is None:
-            result.status = "error"
-            result.detail = f"{goal.name}: sat, but the goal cannot show a counterexample"
-            break
-        cx = goal.witness(model)
-        result.counterexample = cx
-        if cx.broken:
-            result.status = "refuted"
-            result.detail = f"{goal.name}: counterexample confirmed by the plain model"
-        else:
-            result.status = "error"
-            result.detail = (
-                f"{goal.name}: the solver's counterexample does not break the plain model"
-            )
+        record.context = context_of(model)
+        _refute(goal, model, result)
         break
     for record, job in rechecks:
         record.cvc5 = _cvc5_answer(job)
     if cross_check:
         _cross_check_summary(result)
+
+
+def _not_vacuous(goal: Goal, record: GoalResult, result: Result, timeout: float) -> bool:
+    """Whether the goal's assumptions alone are sat (their model kept as its context);
+    else the theorem is vacuous (or unknown / timeout when z3 cannot tell)."""
+    status, model = z3_check(goal, timeout, goal.context)
+    if status == "sat":
+        record.context = context_of(model)
+        return True
+    if status == "unsat":
+        result.status = Status.VACUOUS
+        result.detail = f"{goal.name}: its assumptions alone are unsat, so it proves nothing"
+    else:
+        result.status = Status(status)
+        result.detail = f"{goal.name}: z3 answered {status} on its assumptions alone"
+    return False
+
+
+def _refute(goal: Goal, model: z3.ModelRef, result: Result) -> None:
+    """A sat goal: the claim is false here, if the counterexample reproduces."""
+    if goal.witness is None:
+        # An obligation of an inductive argument (or a claim about abstract finders)
+        # has no protocol query to show: it is refuted at the context it fails in.
+        result.status = Status.REFUTED
+        context = ", ".join(f"{k}={v}" for k, v in context_of(model).items())
+        result.detail = f"{goal.name}: fails at {context or 'a model'} (no concrete query)"
+        return
+    cx = goal.witness(model)
+    result.counterexample = cx
+    if cx.broken:
+        result.status = Status.REFUTED
+        result.detail = f"{goal.name}: counterexample confirmed by the plain model"
+    else:
+        result.status = Status.ERROR
+        result.detail = f"{goal.name}: the solver's counterexample does not break the plain model"
 
 
 def _cross_check_summary(result: Result) -> None:

@@ -6,12 +6,14 @@ spec's brute force with one rule changed, so each has exactly one bug.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kvhit.harness.corpus import eagle_every_pass
+from kvhit.model.algorithms import spiral_fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, answer_at, longest_hit, valid, window_span
 from kvhit.targets import model_target
@@ -58,6 +60,21 @@ def crashes_on_mamba(query: dict[str, Any]) -> Any:
     return model_target(query)
 
 
+def segfaults_on_mamba(query: dict[str, Any]) -> Any:
+    """crash: native code that reads address 0 when a mamba group has no state."""
+    q = parse_query(query)
+    if any(g.kind == "mamba" and not any(row) for g, row in zip(q.groups, q.cached)):
+        ctypes.string_at(0)
+    return model_target(query)
+
+
+def exits_on_two_windows(query: dict[str, Any]) -> Any:
+    """crash: ends the process (``os._exit``) on queries with two sliding windows."""
+    if sum(g["kind"] == "sliding_window" for g in query["groups"]) >= 2:
+        os._exit(7)
+    return model_target(query)
+
+
 def hangs_on_chunks(query: dict[str, Any]) -> Any:
     """timeout: never returns when a chunked-local group is present."""
     if any(g["kind"] == "chunked_local" for g in query["groups"]):
@@ -97,7 +114,7 @@ def no_short_prefix(query: dict[str, Any]) -> int:
 
 def eagle_drops_every_pass(query: dict[str, Any]) -> int:
     """The eagle spiral: the drafter's last block dropped on every pass, not once."""
-    return eagle_every_pass(parse_query(query))
+    return spiral_fixed_point(parse_query(query))
 
 
 def mamba_state_after(query: dict[str, Any]) -> dict[str, Any]:

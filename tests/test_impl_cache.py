@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kvhit.impl.coordinator import CacheHit, Coordinator
-from kvhit.impl.hashing import BlockHasher
+from kvhit.impl.hashing import ROOT, BlockHasher
 from kvhit.impl.pool import NULL_BLOCK, BlockPool, PoolExhausted
 from kvhit.model.spec import Group
 
@@ -119,3 +122,72 @@ def test_each_kind_keeps_what_its_next_token_reads() -> None:
     kept = [m.first_kept(num_computed=9) for m in coord.managers]
     # Position 9 reads: everything; 6..9; its chunk 6..9; the state at 8 (block 3).
     assert kept == [0, 3, 3, 3]
+
+
+def live_closure(coord: Coordinator, block_size: int) -> set[int]:
+    """The ids of every cached block of that block size, and of their ancestors."""
+    hasher = coord.hashers[block_size]
+    ids = set()
+    for g, table in zip(coord.groups, coord.pool.tables):
+        if g.block_size == block_size:
+            ids |= {i for i, block in enumerate(table.tolist()) if block >= 0}
+    todo = list(ids)
+    while todo:
+        key = hasher.key_of[todo.pop()]
+        assert key is not None
+        if key[0] and key[0] not in ids:
+            ids.add(key[0])
+            todo.append(key[0])
+    return ids
+
+
+def test_keys_kept_are_those_of_cached_prefixes_and_ids_are_reused() -> None:
+    from test_impl_workloads import random_workload
+
+    rng = random.Random(11)
+    reused = 0
+    for _ in range(20):
+        workload = random_workload(rng, requests=12)
+        engine = workload.engine(seed=0)
+        seen: dict[int, set[tuple[int, ...]]] = {b: set() for b in engine.coord.hashers}
+        for prompt in workload.prompts:
+            engine.serve(prompt)
+            for b, prefixes in seen.items():
+                prefixes.update(tuple(prompt[:end]) for end in range(b, len(prompt) + 1, b))
+        for b, hasher in engine.coord.hashers.items():
+            live = live_closure(engine.coord, b)
+            assert set(hasher.ids.values()) == live
+            holders: Counter[int] = Counter()
+            for g, table in zip(engine.coord.groups, engine.coord.pool.tables):
+                if g.block_size == b:
+                    holders.update(i for i, block in enumerate(table.tolist()) if block >= 0)
+            holders.update(parent for parent, _ in hasher.ids if parent != ROOT)
+            assert {i: hasher.holds[i] for i in live} == {i: holders[i] for i in live}
+            reused += hasher.bound - 1 < len(seen[b])
+    assert reused > 0
+
+
+def test_no_group_takes_a_block_another_group_is_about_to_reuse() -> None:
+    # Prompts off shared roots through a pool that is always full: the hit blocks of
+    # the sliding-window group sit in the free queue when the full group takes its
+    # new blocks.
+    groups = [Group("full", 16), Group("sliding_window", 16, window=64)]
+    rng = random.Random(0)
+    roots = [[rng.randrange(50_000) for _ in range(512)] for _ in range(8)]
+    coord = Coordinator(groups, 256)
+    for _ in range(60):
+        tokens = rng.choice(roots)[: rng.randrange(448)]
+        tokens += [rng.randrange(50_000) for _ in range(rng.randint(64, 128))]
+        request = coord.request(tokens)
+        hit = coord.find_longest_cache_hit(request, request.num_tokens - 1)
+        coord.allocate(request, hit)
+        held = [b for table in request.tables for b in table if b != NULL_BLOCK]
+        assert len(held) == len(set(held)), "a block is in two groups' tables"
+        for g, (first, blocks) in enumerate(zip(hit.first, hit.blocks)):
+            hashes = request.hashes[g].tolist()
+            assert [coord.pool.key[b] for b in blocks] == [
+                (g, hashes[j]) for j in range(first, first + len(blocks))
+            ]
+        coord.cache_full_blocks(request)
+        coord.drop_skipped(request)
+        coord.free(request)

@@ -20,6 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvhit.harness.random_cases import make_group
 from kvhit.impl.engine import Engine
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, reused_blocks, valid
@@ -44,13 +45,13 @@ class Workload:
 
 def random_group(rng: random.Random, kind: str) -> Group:
     """A group of ``kind`` with a small block size and window or chunk."""
-    b = rng.choice((1, 2, 2, 4))
-    eagle = kind in ("full", "sliding_window") and rng.random() < 0.2
-    if kind == "sliding_window":
-        return Group(kind, b, window=rng.randint(1, 9), eagle=eagle)
-    if kind == "chunked_local":
-        return Group(kind, b, chunk=rng.randint(1, 12))
-    return Group(kind, b, eagle=eagle)
+    return make_group(
+        (kind, "eagle"),
+        rng.choice,
+        lambda: rng.choice((1, 2, 2, 4)),
+        lambda b: rng.randint(1, 12),
+        lambda: rng.random() < 0.2,
+    )
 
 
 def random_workload(rng: random.Random, requests: int = 6) -> Workload:

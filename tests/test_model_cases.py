@@ -1,4 +1,4 @@
-"""Hand-worked cases of the spec, per kind (DESIGN.md §1), and the three seed facts."""
+"""Hand-worked cases of the spec, per kind (docs/design.md §1.2), and the three seed facts."""
 
 import json
 from pathlib import Path

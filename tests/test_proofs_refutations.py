@@ -78,6 +78,6 @@ def test_a_counterexample_that_does_not_break_the_model_is_an_error() -> None:
         return Counterexample(q, "nothing", 0, {}, broken=False)
 
     t = Theorem(
-        "bogus", "x is never 1.", "refuted", "unbounded", lambda b: [Goal("x", [x == 1], witness)]
+        "bogus", "x is never 1.", "refuted", "unbounded", lambda b: [Goal("x", [], x == 1, witness)]
     )
     assert run_theorem(t).status == "error"

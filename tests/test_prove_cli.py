@@ -8,6 +8,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
+import z3
 from click.testing import CliRunner, Result
 
 from kvhit.cli import main
@@ -16,7 +17,18 @@ from kvhit.proofs.registry import Goal, Theorem
 
 MODULES = ["kvhit.proofs.min_groups", "kvhit.proofs.eagle"]
 ALL_REGISTERED = command.registered
-FIELDS = {"name", "statement", "status", "expected", "bound", "seconds", "cross_check"}
+FIELDS = {
+    "name",
+    "statement",
+    "status",
+    "expected",
+    "bound",
+    "rests_on",
+    "range",
+    "seconds",
+    "cross_check",
+    "goals",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -88,6 +100,29 @@ def test_emit_smt2_writes_every_query(tmp_path: Path) -> None:
     assert all("(check-sat)" in f.read_text() for f in files)
 
 
+def test_an_unwritable_emit_dir_is_bad_usage_before_any_proof(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def no_proof(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a proof ran before --emit-smt2 was checked")
+
+    monkeypatch.setattr(command, "run_all", no_proof)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    run = prove("--only", "eagle_single_drop", "--emit-smt2", str(blocker / "smt2"))
+    assert run.exit_code == 2
+    assert "--emit-smt2: cannot write in" in run.stderr
+
+
+def test_json_shows_each_goals_satisfying_context() -> None:
+    run = prove("--only", "eagle_single_drop", "--bound", "2", "--json")
+    (t,) = json.loads(run.stdout)["theorems"]
+    assert t["status"] == "proved" and t["goals"]
+    for goal in t["goals"]:
+        assert goal["status"] == "unsat" and isinstance(goal["context"], dict)
+        assert 0 <= goal["context"]["eagle_M"] <= 2
+
+
 def test_cross_check_agrees_on_a_proved_theorem() -> None:
     run = prove("--only", "eagle_single_drop", "--bound", "2", "--cross-check", "--json")
     assert run.exit_code == 0, run.output
@@ -143,5 +178,6 @@ def test_a_timeout_is_final_but_other_unknowns_get_more_seeds(
 ) -> None:
     made: list[UnknownSolver] = []
     monkeypatch.setattr(runner.z3, "Solver", lambda: made.append(UnknownSolver(reason)) or made[-1])
-    assert runner.z3_check(Goal("g", []), timeout=1)[0] == "unknown"
+    expected = "timeout" if reason == "timeout" else "unknown"
+    assert runner.z3_check(Goal("g", [], z3.BoolVal(True)), timeout=1)[0] == expected
     assert len(made) == checks

@@ -13,10 +13,10 @@ from itertools import islice
 
 from kvhit.adapters.vllm import RELEASE, Lookup, lookup
 from kvhit.adapters.vllm_release import refusal
+from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query, longest_hit
-from kvhit.targets import Unsupported
 
 
 def eagle_group(rng: random.Random, block_size: int) -> dict:

@@ -6,11 +6,12 @@ import doctest
 
 import pytest
 from cases import refused
-from vllm.v1.core.kv_cache_utils import resolve_block_hashes
+from vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize
 
 from kvhit import targets
 from kvhit.adapters import vllm as vllm_adapter
 from kvhit.adapters.vllm import build_coordinator, lookup, mark_cached, request_hashes
+from kvhit.errors import Unsupported
 from kvhit.harness.runner import CallableRunner
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import longest_hit
@@ -38,7 +39,11 @@ def test_exactly_the_queried_blocks_are_cached():
     hashes = request_hashes(q.num_tokens, pool.hash_block_size)
     mark_cached(coordinator, q, hashes)
     for group_id, (g, row) in enumerate(zip(q.groups, q.cached)):
-        view = resolve_block_hashes(hashes, pool.hash_block_size, g.block_size)
+        view = (
+            hashes
+            if g.block_size == pool.hash_block_size
+            else BlockHashListWithBlockSize(hashes, pool.hash_block_size, g.block_size)
+        )
         marked = [pool.get_cached_block(view[j], [group_id]) is not None for j in range(len(row))]
         assert marked == list(row)
 
@@ -79,7 +84,7 @@ def test_cached_bits_past_the_requests_whole_blocks_are_ignored():
 def test_configurations_vllm_refuses_are_unsupported(query):
     q = parse_query(query)
     assert refused(q)
-    with pytest.raises(targets.Unsupported):
+    with pytest.raises(Unsupported):
         lookup(q)
 
 
@@ -105,7 +110,7 @@ def test_a_refused_configuration_never_reaches_vllm(monkeypatch):
             "alignment": 4,
         }
     )
-    with pytest.raises(targets.Unsupported, match="single group"):
+    with pytest.raises(Unsupported, match="single group"):
         lookup(q)
 
 

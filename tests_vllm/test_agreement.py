@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from cases import disagreement, mixed_queries, refused, try_lookup
-from kvhit.adapters.vllm_divergences import documented
 
+from kvhit.adapters.vllm_divergences import documented
 from kvhit.draw import draw, judge
 
 SEEDS = range(4)

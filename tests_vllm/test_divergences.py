@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from cases import disagreement
-from kvhit.adapters.vllm_divergences import DIVERGENCES, documented
 
 from kvhit.adapters.vllm import lookup
+from kvhit.adapters.vllm_divergences import DIVERGENCES, documented
 
 
 @pytest.mark.parametrize("divergence", DIVERGENCES, ids=lambda d: d.name)

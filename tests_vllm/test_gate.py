@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kvhit.adapters.vllm_divergences import vllm_outside_divergences
-
 from kvhit.harness.engine import Engine
 from kvhit.harness.gate import gate_phases, run_phases
 from kvhit.harness.runner import CallableRunner

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from cases import mixed_queries, reordered, try_lookup
-from kvhit.adapters.vllm_divergences import DIVERGENCES, documented, eagle_windows
 
 from kvhit.adapters.vllm import lookup
+from kvhit.adapters.vllm_divergences import DIVERGENCES, documented, eagle_windows
 from kvhit.model.protocol import parse_query
 
 

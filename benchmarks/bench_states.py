@@ -1,6 +1,6 @@
 """The speed benchmark's cache states, and timers for the lookups on them.
 
-The states (DESIGN.md §4): a 131,072-token prompt, block size 16, groups full +
+The states (docs/design.md §4): a 131,072-token prompt, block size 16, groups full +
 sliding window 128 + sliding window 1024 (and a variant with a mamba group too), in
 three cases: everything cached, one full-attention block missing near the end, and
 the window-128 group missing every 64th block. :func:`bench_states` builds each one

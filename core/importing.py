@@ -1,0 +1,22 @@
+"""Naming objects as ``module:attr`` strings, so a layer can name a higher one (a
+command, a target) without importing it until it is used.
+
+    >>> import_attr("kvhit.errors:BadInput").__name__
+    'BadInput'
+    >>> import_attr("kvhit.errors:nothing") is None
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+def import_attr(spec: str) -> Any:
+    """Import the module of ``module:attr`` and return its attribute (None if it has
+    none); ValueError if ``spec`` is not of that form. Import errors propagate."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"{spec!r}: expected module:attr")
+    return getattr(importlib.import_module(module_name), attr, None)

@@ -1,0 +1,52 @@
+"""Reading query files for the commands: every problem is one :class:`BadInput` line
+naming the file (and the query, in a file of JSON lines).
+
+    >>> import tempfile, os
+    >>> with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+    ...     _ = f.write(b"\\xff\\xfe garbage")
+    >>> read_queries(f.name)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    kvhit.errors.BadInput: ...: not UTF-8 text (invalid start byte at byte 0)
+    >>> os.unlink(f.name)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kvhit.errors import BadInput
+from kvhit.model.protocol import QueryError, load_queries, parse_query
+from kvhit.model.spec import Query
+
+
+def read_text(path: str) -> str:
+    """A file's text (``-`` for stdin); BadInput if it cannot be read or is not UTF-8."""
+    where = "stdin" if path == "-" else path
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as err:
+        raise BadInput(f"{path}: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadInput(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_queries(path: str) -> list[tuple[str, Query]]:
+    """Load and check every query in a file (``-`` for stdin), each with a label that
+    names it; BadInput on any problem."""
+    where = "stdin" if path == "-" else path
+    try:
+        objects = load_queries(read_text(path))
+    except QueryError as err:
+        raise BadInput(f"{where}: {err}") from None
+    out = []
+    for number, obj in enumerate(objects, 1):
+        label = where if len(objects) == 1 else f"{where} query {number}"
+        try:
+            out.append((label, parse_query(obj)))
+        except QueryError as err:
+            raise BadInput(f"{label}: {err}") from None
+    return out

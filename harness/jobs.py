@@ -1,0 +1,307 @@
+"""Campaigns split over several processes (``--jobs N``) or a Ray cluster (``--ray ADDRESS``).
+
+Job k of N checks the cases numbered k, k + N, k + 2N, … of every phase
+(:meth:`~kvhit.harness.engine.Phase.share`), so the split depends only on N and the
+same seed and N give the same cases. Each job opens the target in its own process,
+shrinks and saves the first disagreement of each class it meets, and sends its counts
+for the progress bar. The merged report keeps, per class, the disagreement met first
+in case order (the one a single job would have found) and removes the other jobs'
+files of that class. A case budget (``--cases``) bounds all jobs together; a time
+budget (``--seconds``) is each job's.
+
+With ``stop_at_first`` (the gate), local jobs share the place of the earliest
+disagreement found so far and stop when their next case comes after it, so the run
+reports the disagreement one job would have stopped at; the counts also hold the
+cases that other jobs had checked past it before they heard.
+
+    >>> from functools import partial
+    >>> from kvhit.harness.gate import gate_phases
+    >>> campaign = Campaign("seed-min", None, 10.0, partial(gate_phases, None, cases=300))
+    >>> one, two = run_campaign(campaign, jobs=1), run_campaign(campaign, jobs=2)
+    >>> (one.cases, one.counts) == (two.cases, two.counts)
+    True
+    >>> [d.query for d in one.found] == [d.query for d in two.found]
+    True
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvhit.errors import TargetError
+from kvhit.harness.engine import Engine, Phase, Tally
+from kvhit.harness.report import Disagreement, save
+from kvhit.harness.runner import label_of, open_target
+
+PLACE = 1 << 40
+"""Positions are compared as ``phase * PLACE + number``."""
+NEVER = 1 << 62
+INTERRUPTED = -1
+"""The stop place the parent sets on Ctrl-C: every local job stops at its next case."""
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """What every job needs to rebuild the run in its own process.
+
+    ``phases`` makes the run's phases (a picklable function, such as a
+    :func:`functools.partial` of a module-level one); ``out`` is where replay files go
+    (None: nowhere).
+    """
+
+    target: str | None
+    target_cmd: str | None
+    timeout: float
+    phases: Callable[[], list[Phase]]
+    out: Path | None = None
+    stop_at_first: bool = False
+    shrink_seconds: float = 10.0
+    isolate: bool = False
+
+    @property
+    def label(self) -> str:
+        """How reports name the target."""
+        return label_of(self.target, self.target_cmd)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A job's counts so far; ``done`` holds its tally once it has finished."""
+
+    job: int
+    cases: int
+    counts: dict[str, int]
+    done: Tally | None = None
+    error: str | None = None
+
+
+Send = Callable[[Progress], None]
+
+
+def place(position: tuple[int, int]) -> int:
+    """A position as one comparable number."""
+    return position[0] * PLACE + position[1]
+
+
+def run_job(campaign: Campaign, job: int, jobs: int, send: Send, stop: Any = None) -> Tally:
+    """Run job ``job`` of ``jobs`` here, sending progress; its tally.
+
+    ``stop`` (a shared ``multiprocessing.Value``, or None) holds the place of the
+    earliest disagreement any job has found, when ``campaign.stop_at_first``.
+    """
+    runner = open_target(campaign.target, campaign.target_cmd, campaign.timeout, campaign.isolate)
+    last = [0]
+
+    def tick(engine: Engine) -> None:
+        if engine.cases - last[0] >= 50:
+            last[0] = engine.cases
+            send(Progress(job, engine.cases, dict(engine.counts)))
+
+    def heard(engine: Engine) -> bool:
+        return stop is None or place(engine.position) < stop.value
+
+    def found(_: Any, __: Any) -> None:
+        if stop is not None and campaign.stop_at_first:
+            with stop.get_lock():
+                stop.value = min(stop.value, place(engine.found_at[-1]))
+
+    engine = Engine(
+        runner,
+        campaign.label,
+        campaign.out,
+        on_found=found,
+        on_case=tick,
+        proceed=heard,
+        stop_at_first=campaign.stop_at_first,
+        shrink_seconds=campaign.shrink_seconds,
+    )
+    interrupted = False
+    try:
+        for phase in campaign.phases():
+            if not engine.run(phase.share(job, jobs)):
+                break
+    except KeyboardInterrupt:  # Ctrl-C in a one-job run: report what was checked
+        interrupted = True
+    finally:
+        runner.close()
+    tally = engine.tally()
+    tally.interrupted = interrupted or (stop is not None and stop.value == INTERRUPTED)
+    return tally
+
+
+def merge(label: str, tallies: list[Tally]) -> Tally:
+    """One tally of all jobs: counts added, and per class the disagreement met first in
+    case order; the other jobs' replay files of that class are removed."""
+    total = Tally(label)
+    seen: list[tuple[tuple[int, int], Disagreement, Path | None]] = []
+    for tally in tallies:
+        total.cases += tally.cases
+        total.counts.update(tally.counts)
+        total.by_phase.update(tally.by_phase)
+        total.interrupted |= tally.interrupted
+        seen += zip(tally.found_at, tally.found, tally.saved)
+    first: dict[str, tuple[tuple[int, int], Disagreement, Path | None]] = {}
+    for at, d, path in sorted(seen, key=lambda s: s[0]):
+        first.setdefault(d.cls, (at, d, path))
+    for at, d, path in first.values():
+        total.found_at.append(at)
+        total.found.append(d)
+        total.saved.append(path)
+    for _, _, path in seen:
+        if path is not None and path not in total.saved:
+            path.unlink(missing_ok=True)
+    return total
+
+
+def local_job(campaign: Campaign, job: int, jobs: int, channel: Any, stop: Any) -> None:
+    """A child process's body: run the job, send its tally (or why it could not run).
+
+    Ctrl-C is the parent's: it tells the jobs to stop through ``stop``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        tally = run_job(campaign, job, jobs, channel.put, stop)
+    except Exception as err:  # sent to the parent, which reports it
+        channel.put(Progress(job, 0, {}, error=why(err)))
+        return
+    channel.put(Progress(job, tally.cases, dict(tally.counts), done=tally))
+
+
+def why(err: Exception) -> str:
+    """What a job that failed says: the target's or the file's problem, in one line."""
+    if isinstance(err, OSError):
+        return f"{err.filename or 'file'}: {err.strerror or err}"
+    if isinstance(err, TargetError):
+        return str(err)
+    return f"a job failed: {type(err).__name__}: {err}"
+
+
+def local_messages(campaign: Campaign, jobs: int) -> Iterator[Progress]:
+    """Run the jobs as forked processes on this machine; their messages as they come.
+
+    A job that dies without a word (a target that kills its process) ends the run
+    with an error naming it.
+    """
+    context = multiprocessing.get_context("fork")
+    channel = context.Queue()
+    stop = context.Value("q", NEVER)
+    procs = [
+        context.Process(target=local_job, args=(campaign, job, jobs, channel, stop), daemon=True)
+        for job in range(jobs)
+    ]
+    for proc in procs:
+        proc.start()
+    finished: set[int] = set()
+    try:
+        while len(finished) < jobs:
+            try:
+                message = channel.get(timeout=0.5)
+            except KeyboardInterrupt:
+                stop.value = INTERRUPTED  # each job stops at its next case and reports
+                continue
+            except queue.Empty:
+                dead = [j for j, p in enumerate(procs) if j not in finished and not p.is_alive()]
+                if dead:
+                    code = procs[dead[0]].exitcode
+                    raise TargetError(f"job {dead[0]} died (exit code {code})") from None
+                continue
+            if message.done is not None or message.error is not None:
+                finished.add(message.job)
+            yield message
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+
+
+def ray_messages(campaign: Campaign, jobs: int, address: str) -> Iterator[Progress]:
+    """Run the jobs as Ray tasks on the cluster at ``address`` (``local`` starts one
+    on this machine); their messages as they come.
+
+    Each task opens the target on its own node, with this directory on its import
+    path (a ``module:function`` target must be importable there: on a cluster without
+    a shared file system, install it on every node), and saves replay files there;
+    the report saves the kept disagreements again on this machine.
+    """
+    try:
+        import ray
+        from ray.util.queue import Empty, Queue
+    except ImportError:
+        raise TargetError("--ray needs Ray: pip install 'kvhit[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(
+            address=None if address == "local" else address,
+            log_to_driver=False,
+            logging_level="ERROR",
+            runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}},
+        )
+    channel = Queue()
+
+    @ray.remote
+    def task(job: int) -> Tally:
+        return run_job(campaign, job, jobs, channel.put)
+
+    pending = {task.remote(job): job for job in range(jobs)}
+    while pending:
+        done, _ = ray.wait(list(pending), timeout=0.5)
+        for ref in done:
+            job = pending.pop(ref)
+            try:
+                tally = ray.get(ref)
+            except ray.exceptions.RayTaskError as err:
+                raise TargetError(f"job {job} failed on Ray: {err.cause}") from None
+            yield Progress(job, tally.cases, dict(tally.counts), done=tally)
+        while True:
+            try:
+                yield channel.get(block=False)
+            except Empty:
+                break
+
+
+def default_jobs() -> int:
+    """The number of cores this process may use."""
+    return len(os.sched_getaffinity(0))
+
+
+def run_campaign(
+    campaign: Campaign,
+    jobs: int,
+    ray_address: str | None = None,
+    on_progress: Callable[[int, Counter[str]], None] = lambda cases, counts: None,
+) -> Tally:
+    """Run ``campaign`` as ``jobs`` jobs (forked here, or on Ray); the merged tally.
+
+    One local job runs in this process. ``on_progress`` gets the cases and counts of
+    all jobs together whenever one reports. Raises
+    :class:`~kvhit.targets.TargetError` if a job cannot open the target or dies.
+    """
+    if jobs == 1 and ray_address is None:
+        return run_job(campaign, 0, 1, lambda p: on_progress(p.cases, Counter(p.counts)))
+    messages = (
+        ray_messages(campaign, jobs, ray_address)
+        if ray_address is not None
+        else local_messages(campaign, jobs)
+    )
+    latest: dict[int, Progress] = {}
+    for message in messages:
+        if message.error is not None:
+            raise TargetError(message.error)
+        if message.job in latest and latest[message.job].done is not None:
+            continue  # a late progress message of a job that has finished
+        latest[message.job] = message
+        counts: Counter[str] = Counter()
+        for progress in latest.values():
+            counts.update(progress.counts)
+        on_progress(sum(p.cases for p in latest.values()), counts)
+    total = merge(campaign.label, [latest[job].done for job in range(jobs)])  # type: ignore[misc]
+    if ray_address is not None and campaign.out is not None:
+        total.saved = [save(d, campaign.out) for d in total.found]
+    return total

@@ -1,0 +1,157 @@
+"""Theorem 8, the whole lookup: what ``Coordinator.find_longest_cache_hit`` computes is L*.
+
+The coordinator's lookup (:mod:`kvhit.impl.coordinator`) reads a :class:`LookupPlan`
+made by :func:`~kvhit.impl.coordinator.lookup_plan`: every group's staged ``valid``
+at every candidate, stacked with each group's offset into one row of miss flags
+(:func:`~kvhit.impl.formula.stack`). A lookup then takes the prefix sums of the miss
+flags of all groups' blocks laid end to end, evaluates the stacked plan on them
+(:meth:`~kvhit.impl.formula.Plan.holds`, through :func:`~kvhit.impl.formula.covered`),
+keeps the candidates valid in every group (``amin`` over the group axis) and answers
+the longest of them (``where`` and ``max``).
+
+Here the plan is the impl's own: :func:`lookup_plan` is called as the coordinator
+calls it, and each of its entries (group g, candidate c: ``lo``, ``hi`` with the
+offset, and the two verdicts) is evaluated by the impl's ``Plan.holds`` on z3 prefix
+sums of symbolic miss flags. The two tensor lines of the reduction are restated on
+z3 terms (:func:`reduce_lookup`). The claim: for every cache state (every bit of
+every group's row), the answer is L*, the spec's ``valid`` over every candidate
+(:func:`kvhit.model.algorithms.longest_of`), at the usual lookup M = T - 1, for
+each configuration of :data:`CONFIGS`: 3 groups of 16 blocks each, every kind, the
+eagle wrapper, block sizes 1 and 2. A counterexample is run through the real
+coordinator (its block pool preloaded with the state).
+
+    >>> [goal.name for goal in build(None)][:1]
+    ['full b=1 + sliding_window w=3 b=1 + mamba b=1 (A=1, T=17)']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import z3
+
+from kvhit.impl import coordinator
+from kvhit.impl.formula import Plan
+from kvhit.model.algorithms import brute_force, longest_of
+from kvhit.model.spec import Group, Query, default_alignment
+from kvhit.proofs.impl_formula import at_index
+from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.proofs.symbolic import SymRow, Z3Ops
+
+BLOCKS = 16
+"""Blocks per group a lookup reads (at the default bound)."""
+
+CONFIGS: tuple[tuple[Group, ...], ...] = (
+    (Group("full", 1), Group("sliding_window", 1, window=3), Group("mamba", 1)),
+    (
+        Group("sliding_window", 1, window=2),
+        Group("sliding_window", 1, window=5),
+        Group("chunked_local", 1, chunk=4),
+    ),
+    (
+        Group("sliding_window", 2, window=4, eagle=True),
+        Group("chunked_local", 2, chunk=6),
+        Group("full", 2, eagle=True),
+    ),
+    (Group("full", 1), Group("mamba", 2), Group("sliding_window", 2, window=3, eagle=True)),
+)
+"""Three groups each: every kind, both eagle kinds, equal and mixed block sizes."""
+
+
+def describe(g: Group) -> str:
+    """``sliding_window w=3 b=1 eagle``."""
+    extra = {"sliding_window": f" w={g.window}", "chunked_local": f" c={g.chunk}"}
+    return f"{g.kind}{extra.get(g.kind, '')} b={g.block_size}{' eagle' if g.eagle else ''}"
+
+
+def reduce_lookup(ok: Sequence[Any], lengths: Sequence[int]) -> Any:
+    """The coordinator's reduction on z3 terms: ``where(ok, lengths, 0).max()``,
+    where ``ok[c]`` says candidate c is valid in every group (``amin`` over groups)."""
+    best: Any = z3.IntVal(0)
+    for good, length in zip(ok, lengths):
+        best = z3.If(z3.And(good, length > best), length, best)
+    return best
+
+
+def entry(plan: Plan, g: int, c: int) -> Plan:
+    """Entry (group g, candidate c) of the stacked torch plan, as plain Python values."""
+    return Plan(
+        int(plan.lo[g, c]), int(plan.hi[g, c]), bool(plan.if_covered[g, c]), bool(plan.if_not[g, c])
+    )
+
+
+def goal_for(groups: tuple[Group, ...], blocks: int) -> Goal:
+    """The lookup's answer != L*, for every cache state of ``groups``."""
+    alignment = default_alignment(groups)
+    num_tokens = blocks * max(g.block_size for g in groups) + 1
+    lookup = coordinator.Coordinator(groups, 1, alignment).plan_for(num_tokens, num_tokens - 1)
+    lengths = [int(x) for x in lookup.lengths]
+    ops = Z3Ops(bound=1)
+    # Blocks past the request's whole blocks have the never-cached key: not cached.
+    rows = [
+        SymRow.fresh(f"lk_row{i}", min(size, num_tokens // g.block_size))
+        for i, (g, size) in enumerate(zip(groups, lookup.sizes))
+    ]
+    missing = [
+        z3.Not(ops.bit(row, j)) for row, size in zip(rows, lookup.sizes) for j in range(size)
+    ]
+    misses: list[Any] = [z3.IntVal(0)]
+    for flag in missing:
+        misses.append(misses[-1] + z3.If(flag, 1, 0))
+    ok = [
+        z3.And(
+            *[
+                entry(lookup.plan, g, c).holds(lambda i: at_index(misses, i), ops)
+                for g in range(len(groups))
+            ]
+        )
+        for c in range(len(lengths))
+    ]
+    q = Query(groups, tuple(rows), num_tokens - 1, num_tokens, alignment)
+    spec = z3.IntVal(0) + longest_of(q, lengths, ops)
+    name = " + ".join(map(describe, groups)) + f" (A={alignment}, T={num_tokens})"
+    return Goal(name, [], reduce_lookup(ok, lengths) != spec, witness=witness(q, rows))
+
+
+def witness(q: Query, rows: list[SymRow]) -> Any:
+    """The state run through the real coordinator; broken when it does not answer L*."""
+
+    def read(model: z3.ModelRef) -> Counterexample:
+        bits = tuple(tuple(row.values(model, row.length)) for row in rows)
+        concrete = Query(q.groups, bits, q.max_length, q.num_tokens, q.alignment)
+        engine = coordinator.Coordinator(q.groups, 4 * sum(len(r) for r in bits) + 8, q.alignment)
+        request = engine.request(list(range(q.num_tokens)))
+        engine.preload(request, [list(r) for r in bits])
+        got = engine.find_longest_cache_hit(request, q.max_length).length
+        best = brute_force(concrete)
+        answers = {"impl lookup": got, "L*": best}
+        return Counterexample(concrete, "impl lookup", got, answers, broken=got != best)
+
+    return read
+
+
+def build(bound: int | None) -> list[Goal]:
+    """One goal per configuration, ``bound`` blocks per group."""
+    coordinator.lookup_plan.cache_clear()  # plans made now, from the code as it is now
+    return [goal_for(groups, bound or BLOCKS) for groups in CONFIGS]
+
+
+THEOREMS = [
+    Theorem(
+        name="impl_lookup",
+        statement=(
+            "The impl's whole lookup (the coordinator's stacked plan with its offsets, "
+            "evaluated on prefix sums of the misses, reduced to the longest candidate "
+            "valid in every group) answers L* for every cache state."
+        ),
+        expected="proved",
+        kind="bounded",
+        bound=BLOCKS,
+        quick_bound=8,
+        build=build,
+        tags=("impl",),
+        rests_on="impl code: lookup_plan, stack, Plan.holds; reduction restated",
+        scope="M = T-1; 4 sets of 3 groups",
+    ),
+]

@@ -1,0 +1,50 @@
+"""Every module's docstring examples run, and hold."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NEEDS = {"kvhit.adapters.vllm": "vllm"}  # modules that import an optional engine
+
+
+def module_names() -> list[str]:
+    """Every module of the distribution, by its kvhit.* name (pyproject's package-dir)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    names = []
+    for package, folder in config["tool"]["setuptools"]["package-dir"].items():
+        for path in sorted((ROOT / folder).glob("*.py")):
+            names.append(package if path.stem == "__init__" else f"{package}.{path.stem}")
+    return names
+
+
+def test_every_module_is_found() -> None:
+    names = module_names()
+    assert {"kvhit.cli", "kvhit.model.spec", "kvhit.proofs.runner", "kvhit.impl.formula"} <= set(
+        names
+    )
+
+
+@pytest.mark.parametrize("name", [n for n in module_names() if n not in NEEDS])
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+
+
+def test_the_benchmark_states_examples() -> None:
+    """The benchmarks' shared states module is a script's neighbour, not in the package."""
+    path = ROOT / "benchmarks" / "bench_states.py"
+    spec = importlib.util.spec_from_file_location("bench_states", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_states"] = module
+    spec.loader.exec_module(module)
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

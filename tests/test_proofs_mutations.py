@@ -1,0 +1,224 @@
+"""Every theorem can fail: a deliberate break of the code it is about refutes it.
+
+For a claim expected to hold, the break (a finder, the loop, the formula) must turn
+it into ``refuted``. For a known-wrong algorithm, expected refuted, the repair (the
+right algorithm in its place) must turn it into ``proved``: so each refutation is
+about that algorithm. Bounds are small, so each run takes a second or two. Theorem
+names are checked against the registry, so a new theorem without a mutation here
+fails :func:`test_every_theorem_has_a_mutation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import z3
+
+from kvhit.impl import coordinator, formula
+from kvhit.model import algorithms, finders, spec
+from kvhit.model.algorithms import Loop
+from kvhit.model.finders import Scan
+from kvhit.model.ops import PY
+from kvhit.proofs import contracts, eagle, min_groups, rounding
+from kvhit.proofs import linearize as linear
+from kvhit.proofs.registry import Status, all_theorems, get
+from kvhit.proofs.runner import run_theorem
+
+Patch = Callable[[pytest.MonkeyPatch], None]
+
+
+def settle_always(self: Loop, state: Any, after: Any) -> Any:
+    """Settles after the first pass, whatever it did."""
+    return self.ops.ite(state[1], state[0], after), True
+
+
+def settle_never(self: Loop, state: Any, after: Any) -> Any:
+    """Never settles: a pass that changed nothing is not noticed."""
+    return self.ops.ite(state[1], state[0], after), state[1]
+
+
+def visit_skipping_group_0(self: Loop, length: Any, g: Any) -> Any:
+    """A pass that leaves out group 0."""
+    return self.ops.ite(g == 0, length, self.finder(g, length))
+
+
+def visit_one_lower(self: Loop, length: Any, g: Any) -> Any:
+    """The last group's finder answers one token less than it should (down to 0)."""
+    hit = self.finder(g, length)
+    return self.ops.ite(g == self.groups - 1, self.ops.max(0, hit - 1), hit)
+
+
+def full_scan_past_misses(g: Any, fr: Any, ops: Any) -> Scan:
+    """A full-attention scan that does not stop at the first miss."""
+    original = SCANS["full"](g, fr, ops)
+    return Scan(
+        original.direction,
+        original.limit,
+        original.start,
+        lambda s, j, cached: (ops.ite(cached, j + 1, s[0]), s[1]),
+        original.finish,
+    )
+
+
+SCANS = dict(finders.SCANS)
+
+
+def tight_floor(x: Any, dq: Any, d: Any) -> Any:
+    """A wrong floor bound: x is claimed less than one past d·(x / d)."""
+    return z3.And(dq <= x, x < dq + 1)
+
+
+def floor_window(g: Any, ops: Any = PY) -> Any:
+    return ops.div(g.window - 1, g.block_size)
+
+
+def full_reusing_last_block(g: Any, length: Any, ops: Any = PY) -> tuple[Any, Any]:
+    """Full attention needing only its last block (as if it were mamba)."""
+    lo, hi = REUSED(g, length, ops)
+    return (hi - 1, hi) if g.kind == "full" else (lo, hi)
+
+
+REUSED = spec.reused_range
+
+
+def top_one_lower(q: Any, ops: Any = PY) -> Any:
+    return ops.max(0, (ops.div(q.max_length, q.alignment) - 1) * q.alignment)
+
+
+def stack_without_offsets(plans: Any, sizes: Any) -> Any:
+    """Every group's ranges read from the start of the row, not from its own stretch."""
+    return STACK(plans, [0] * len(sizes))
+
+
+STACK = formula.stack
+
+
+def loose_cover(misses_at: Any, lo: Any, hi: Any) -> Any:
+    """Blocks [lo, hi) count as cached with at most one miss among them."""
+    return misses_at(hi) <= misses_at(lo) + 1
+
+
+BREAKS: dict[str, tuple[int | None, Patch]] = {
+    "fixed_point_maximal": (None, lambda mp: mp.setattr(Loop, "settle", settle_always)),
+    "fixed_point_model_code": (
+        3,
+        lambda mp: mp.setattr(Loop, "visit", visit_skipping_group_0),
+    ),
+    "termination": (None, lambda mp: mp.setattr(Loop, "settle", settle_never)),
+    "many_passes": (4, lambda mp: mp.setattr(Loop, "visit", visit_one_lower)),
+    "finder_contracts": (
+        None,
+        lambda mp: (
+            mp.setattr(finders, "window_span", lambda g, ops: floor_window(g, ops)),
+            mp.setattr(contracts, "CONFIGS", ((2, 2),)),
+        ),
+    ),
+    "finder_contracts_symbolic": (
+        None,
+        lambda mp: mp.setattr(finders, "window_span", lambda g, ops: floor_window(g, ops)),
+    ),
+    "arithmetic_lemmas": (None, lambda mp: mp.setattr(linear, "floor_bounds", tight_floor)),
+    "finder_contracts_bounded": (
+        4,
+        lambda mp: mp.setattr(finders, "window_span", lambda g, ops: floor_window(g, ops)),
+    ),
+    "finder_contracts_bounded_unit_blocks": (
+        4,
+        lambda mp: mp.setitem(finders.SCANS, "full", full_scan_past_misses),
+    ),
+    "full_downward_closed": (
+        4,
+        lambda mp: mp.setattr(spec, "reused_range", full_reusing_last_block),
+    ),
+    "full_evaluate_once": (3, lambda mp: mp.setitem(finders.SCANS, "full", full_scan_past_misses)),
+    "one_pass_shortcut": (2, lambda mp: mp.setitem(finders.SCANS, "full", full_scan_past_misses)),
+    "min_at_least_longest": (3, lambda mp: mp.setattr(algorithms, "top_length", top_one_lower)),
+    "own_block_rounding": (
+        3,
+        lambda mp: mp.setattr(rounding, "own_block_passes", lambda q, ops: 1),
+    ),
+    "eagle_single_drop": (
+        2,
+        lambda mp: mp.setattr(eagle, "fixed_point", algorithms.spiral_fixed_point),
+    ),
+    "impl_formula": (3, lambda mp: mp.setattr(formula, "covered", loose_cover)),
+    "impl_lookup": (4, lambda mp: mp.setattr(coordinator, "stack", stack_without_offsets)),
+}
+"""Claims expected to hold: (bound, the break)."""
+
+REPAIRS: dict[str, tuple[int, Patch]] = {
+    "min_is_longest": (
+        3,
+        lambda mp: mp.setattr(min_groups, "min_of_groups", algorithms.fixed_point),
+    ),
+    "eagle_spiral": (3, lambda mp: mp.setattr(eagle, "spiral_fixed_point", algorithms.fixed_point)),
+    "single_pass_two_windows": (
+        3,
+        lambda mp: mp.setattr(eagle, "single_pass", algorithms.fixed_point),
+    ),
+    "own_block_rounding_coarse_alignment": (
+        3,
+        lambda mp: mp.setattr(rounding, "own_block_fixed_point", algorithms.fixed_point),
+    ),
+    "window_downward_closed": (
+        3,
+        lambda mp: mp.setattr(spec, "window_span", lambda g, ops=PY: g.window + 10**6),
+    ),
+}
+"""Known-wrong algorithms: (bound, the repair)."""
+
+
+@pytest.fixture(autouse=True)
+def fresh_lookup_plans() -> Iterator[None]:
+    """A break of the impl must not outlive its test in the coordinator's plan cache."""
+    yield
+    coordinator.lookup_plan.cache_clear()
+
+
+def test_every_theorem_has_a_mutation() -> None:
+    names = {t.name for t in all_theorems()}
+    assert names == set(BREAKS) | set(REPAIRS)
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_a_break_refutes_the_theorem(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    theorem = get(name)
+    assert theorem.expected == Status.PROVED
+    bound, patch = BREAKS[name]
+    assert run_theorem(theorem, bound=bound, timeout=30).status == Status.PROVED
+    patch(monkeypatch)
+    result = run_theorem(theorem, bound=bound, timeout=30)
+    assert result.status == Status.REFUTED, result.detail
+    if result.counterexample is not None:
+        assert result.counterexample.broken
+
+
+@pytest.mark.parametrize("name", sorted(REPAIRS))
+def test_a_repair_proves_the_known_wrong_claim(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    theorem = get(name)
+    assert theorem.expected == Status.REFUTED
+    bound, patch = REPAIRS[name]
+    assert run_theorem(theorem, bound=bound, timeout=30).status == Status.REFUTED
+    patch(monkeypatch)
+    result = run_theorem(theorem, bound=bound, timeout=30)
+    assert result.status == Status.PROVED, result.detail
+
+
+def test_a_goal_whose_assumptions_are_unsat_is_vacuous() -> None:
+    import z3
+
+    from kvhit.proofs.registry import Goal, Theorem
+
+    x = z3.Int("x")
+    t = Theorem(
+        "vacuous",
+        "x > 0 and x < 0 imply anything",
+        "proved",
+        "unbounded",
+        lambda b: [Goal("contradiction", [x > 0, x < 0], x != 7)],
+    )
+    result = run_theorem(t)
+    assert result.status == Status.VACUOUS and not result.ok
+    assert "assumptions alone are unsat" in result.detail
