@@ -1,10 +1,11 @@
 """Where vLLM's ``find_longest_cache_hit`` differs from the spec, as found by the gate.
 
 Each :class:`Divergence` names a class of cache states (its ``scope``), the verdict
-against the spec, and a shrunk counterexample with the answer vLLM gave on it. The
-tests check that vLLM still gives that answer (so an upgrade that changes it is
-noticed) and that outside every scope vLLM agrees with the model.
-docs/findings-vllm.md explains each one.
+against the spec, a shrunk counterexample with the answer vLLM gave on it, and the
+first and last release that give that answer. The tests check that the installed
+release still gives it (so an upgrade that changes it is noticed) and that outside
+every scope of its release vLLM agrees with the model. docs/findings-vllm.md explains
+each one and when it came and went.
 
 The target ``vllm-undocumented`` (:func:`vllm_outside_divergences`) answers the states
 inside a documented scope as ``unsupported``, so any disagreement the gate reports
@@ -23,10 +24,22 @@ from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
 
+OLDEST = "0.14.0"
+NEWEST = "0.34.0"
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """A release number as a tuple that sorts as releases do.
+
+    >>> release_key("0.9.1") < release_key("0.14.0")
+    True
+    """
+    return tuple(int(part) for part in release.split("+")[0].split("."))
+
 
 @dataclass(frozen=True)
 class Divergence:
-    """A documented difference between vLLM and the spec."""
+    """A documented difference between vLLM and the spec, in releases first … last."""
 
     name: str
     verdict: str  # "unsafe", "lost reuse" or "wrong blocks" on the example
@@ -34,11 +47,21 @@ class Divergence:
     example: dict[str, Any]
     vllm_length: int
     vllm_blocks: list[list[int]]
+    first: str = OLDEST
+    last: str = NEWEST
 
     @property
     def query(self) -> Query:
         """The example, parsed."""
         return parse_query(self.example)
+
+    def in_release(self, release: str) -> bool:
+        """Whether ``release`` is one of the releases that answer the example so.
+
+        >>> DIVERGENCES[0].in_release("0.34.0")
+        True
+        """
+        return release_key(self.first) <= release_key(release) <= release_key(self.last)
 
 
 def same_spec(a: Group, b: Group) -> bool:
@@ -179,16 +202,22 @@ DIVERGENCES = (
 )
 
 
-def documented(q: Query) -> list[str]:
-    """The names of the divergences whose scope holds the query."""
-    return [d.name for d in DIVERGENCES if d.scope(q)]
+def in_release(release: str) -> list[Divergence]:
+    """The divergences that ``release`` has."""
+    return [d for d in DIVERGENCES if d.in_release(release)]
+
+
+def documented(q: Query, release: str = NEWEST) -> list[str]:
+    """The names of the divergences of ``release`` whose scope holds the query."""
+    return [d.name for d in in_release(release) if d.scope(q)]
 
 
 def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's answer, or :class:`Unsupported` naming the documented divergence."""
-    from kvhit.adapters.vllm import vllm_target
+    """vLLM's answer, or :class:`Unsupported` naming the installed release's documented
+    divergence whose scope holds the query."""
+    from kvhit.adapters.vllm import RELEASE, vllm_target
 
-    names = documented(parse_query(query))
+    names = documented(parse_query(query), RELEASE.name)
     if names:
         raise Unsupported(f"documented divergence: {names[0]}")
     return vllm_target(query)

@@ -27,7 +27,19 @@ from kvhit.harness.compare import CLASSES
 COLUMNS = ("ok", *CLASSES, "unsupported")
 DEFAULT_CASES = 20_000
 DEFAULT_OUT = "kvhit-matrix"
+TARGETS = ("vllm", "vllm-undocumented")
 NO_TIME_BOUND = 86_400  # the random phase ends at --cases, not on a clock
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every release's gate run shares, so all of them draw the same cases."""
+
+    cases: int = DEFAULT_CASES
+    seed: int = 0
+    timeout: float = 10.0
+    jobs: int = 1
+    target: str = "vllm"
 
 
 @dataclass
@@ -82,32 +94,32 @@ import vllm
 from kvhit.cli import main
 wanted = sys.argv.pop(1)
 if vllm.__version__.split("+")[0] != wanted:
-    sys.exit(f"error: {vllm.__file__} is vLLM {vllm.__version__}, not {wanted}")
+    print(f"error: {vllm.__file__} is vLLM {vllm.__version__}, not {wanted}", file=sys.stderr)
+    sys.exit(2)
 main()
 """
 
 
-def gate_command(release: str, out: Path, cases: int, seed: int, timeout: float) -> list[str]:
+def gate_command(release: str, out: Path, settings: Settings) -> list[str]:
     """The ``kvhit gate`` run for one release, in this interpreter."""
     options = {
-        "--target": "vllm",
+        "--target": settings.target,
         "--seconds": str(NO_TIME_BOUND),
-        "--cases": str(cases),
-        "--seed": str(seed),
-        "--timeout": str(timeout),
+        "--cases": str(settings.cases),
+        "--seed": str(settings.seed),
+        "--timeout": str(settings.timeout),
+        "--jobs": str(settings.jobs),
         "--out": str(out),
     }
     flat = [word for pair in options.items() for word in pair]
     return [sys.executable, "-c", CHILD, release, "gate", "--keep-going", "--json", *flat]
 
 
-def run_release(
-    folder: Path, release: str, out: Path, cases: int, seed: int, timeout: float
-) -> Row:
+def run_release(folder: Path, release: str, out: Path, settings: Settings) -> Row:
     """Gate one release in its own process (its folder first on the path) and read
     its JSON report; a run that fails keeps the last line it wrote to stderr."""
     path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-    command = gate_command(release, out / release, cases, seed, timeout)
+    command = gate_command(release, out / release, settings)
     done = subprocess.run(
         command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True
     )
@@ -119,20 +131,25 @@ def run_release(
 
 
 def table(rows: list[Row]) -> str:
-    """The release × class table, counts right-aligned.
+    """The release × class table, counts right-aligned under their class.
 
-    >>> print(table([Row("0.34.0", {"ok": 5, "unsafe": 1})]))
-    release  ok  unsafe  lost_reuse  wrong_blocks  crash  timeout  bad_return  unsupported
-    0.34.0    5       1           0             0      0        0           0            0
+    >>> print(table([Row("0.33.0", {"ok": 12345, "unsafe": 1}), Row("0.34.0", error="no")]))
+    release     ok  unsafe  lost_reuse  wrong_blocks  crash  timeout  bad_return  unsupported
+    0.33.0   12345       1           0             0      0        0           0            0
+    0.34.0   cannot be gated: no
     """
-    lines = ["  ".join(["release", *COLUMNS])]
-    widths = [len("release"), *map(len, COLUMNS)]
+    cells = {r.release: [str(r.counts.get(c, 0)) for c in COLUMNS] for r in rows}
+    widths = [
+        max([len(c), *(len(cells[r.release][i]) for r in rows)]) for i, c in enumerate(COLUMNS)
+    ]
+    first = max([len("release"), *(len(r.release) for r in rows)])
+    lines = ["  ".join(["release".ljust(first), *(c.rjust(w) for c, w in zip(COLUMNS, widths))])]
     for row in rows:
-        cells = [str(row.counts.get(c, 0)) for c in COLUMNS]
         if row.error:
-            cells = [f"cannot be gated: {row.error}"]
-        line = [row.release.ljust(widths[0]), *(c.rjust(w) for c, w in zip(cells, widths[1:]))]
-        lines.append("  ".join(line) if not row.error else f"{line[0]}  {cells[0]}")
+            lines.append(f"{row.release.ljust(first)}  cannot be gated: {row.error}")
+        else:
+            counts = (c.rjust(w) for c, w in zip(cells[row.release], widths))
+            lines.append("  ".join([row.release.ljust(first), *counts]))
     return "\n".join(lines)
 
 
@@ -142,7 +159,7 @@ def spans(rows: list[Row]) -> dict[str, list[str]]:
     >>> spans([Row("0.14.0", {"unsafe": 2}), Row("0.34.0", {"unsafe": 1, "crash": 3})])
     {'unsafe': ['0.14.0', '0.34.0'], 'crash': ['0.34.0']}
     """
-    found = {c: [r.release for r in rows if r.counts.get(c, 0)] for c in CLASSES}
+    found = {str(c): [r.release for r in rows if r.counts.get(c, 0)] for c in CLASSES}
     return {c: releases for c, releases in found.items() if releases}
 
 
@@ -180,7 +197,22 @@ def spans_text(rows: list[Row]) -> str:
     help="Per-call limit in seconds.",
 )
 @click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes per release (the cases depend on it: compare runs with equal --jobs).",
+)
+@click.option(
     "--out", default=DEFAULT_OUT, show_default=True, help="Counterexamples go to OUT/RELEASE."
+)
+@click.option(
+    "--target",
+    type=click.Choice(TARGETS),
+    default="vllm",
+    show_default=True,
+    help="vllm-undocumented answers the states of the documented divergences of each "
+    "release as unsupported, so what is left is new.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
 def matrix(
@@ -189,7 +221,9 @@ def matrix(
     cases: int,
     seed: int,
     timeout: float,
+    jobs: int,
     out: str,
+    target: str,
     as_json: bool,
 ) -> None:
     """Gate each vLLM release in --vllm in its own process, on the same cases, and print
@@ -197,10 +231,11 @@ def matrix(
     under --out/RELEASE, replayable under that release."""
     root = Path(releases_dir) if releases_dir else Path(sys.prefix) / "vllm"
     folders = [(r, release_folder(root, r)) for r in parse_releases(releases)]
+    settings = Settings(cases, seed, timeout, jobs, target)
     rows = []
     for number, (release, folder) in enumerate(folders, 1):
         click.echo(f"[{number}/{len(folders)}] vLLM {release} ...", err=True, nl=False)
-        row = run_release(folder, release, Path(out), cases, seed, timeout)
+        row = run_release(folder, release, Path(out), settings)
         click.echo(f" {row.error or f'{sum(row.counts.values())} cases'}", err=True)
         rows.append(row)
     if as_json:
@@ -212,7 +247,7 @@ def matrix(
         if saved:
             click.echo(
                 f"counterexamples in {out}/RELEASE; replay one with: "
-                f"PYTHONPATH={root}/RELEASE kvhit replay FILE --target vllm"
+                f"PYTHONPATH={root}/RELEASE kvhit replay FILE --target {target}"
             )
     if any(r.error for r in rows):
         sys.exit(2)
