@@ -60,3 +60,33 @@ def test_torch_formula_equals_the_spec_on_every_small_row() -> None:
                     got = valid_lengths(g, prefix, lengths, num_tokens).tolist()
                     want = [valid(g, bits, int(L), num_tokens) for L in lengths]
                     assert got == want, (g, bits, num_tokens)
+
+
+def test_the_lookup_terms_answer_what_the_coordinator_answers() -> None:
+    # impl_lookup restates the coordinator's reduction (amin over groups, then the
+    # longest valid candidate) and its prefix sums on z3 terms: on concrete cache
+    # states both must answer what the real coordinator does.
+    import random
+
+    from kvhit.model.spec import Query
+    from kvhit.proofs import lookup
+
+    rng = random.Random(8)
+    for groups in lookup.CONFIGS:
+        for max_length in rng.sample(lookup.limits(groups, 6), 3):
+            t = lookup.lookup_terms(groups, 6, max_length)
+            for _ in range(8):
+                bits = tuple(tuple(rng.random() < 0.7 for _ in range(r.length)) for r in t.rows)
+                fixed = [
+                    z3.Select(r.bits, j) == bit
+                    for r, row in zip(t.rows, bits)
+                    for j, bit in enumerate(row)
+                ]
+                solver = z3.Solver()
+                solver.add(*fixed)
+                assert solver.check() == z3.sat
+                model = solver.model()
+                said = model.eval(t.answer, model_completion=True).as_long()
+                q = t.query
+                concrete = Query(q.groups, bits, q.max_length, q.num_tokens, q.alignment)
+                assert said == lookup.coordinator_answer(concrete), (groups, max_length, bits)
