@@ -94,17 +94,20 @@ def bench_states(num_tokens: int = NUM_TOKENS, with_mamba: bool = False) -> list
 
 
 def best_times(runs: Sequence[Callable[[], Any]], repeats: int) -> list[float]:
-    """The fastest of ``repeats`` runs of each function, in seconds.
+    """The fastest of ``repeats`` runs of each function, in seconds of this thread's CPU
+    time (run torch on one thread).
 
-    The functions take turns, one run each per round, so a spell of load from other
-    jobs on the machine slows all of them alike and the ratios stay fair.
+    CPU time, not wall time: on a machine shared with other jobs, a long run is
+    preempted in every repeat while a short one often is not, which would flatter the
+    faster side. The functions take turns, one run each per round, so what load still
+    does (to caches) falls on all of them alike.
     """
     best = [float("inf")] * len(runs)
     for _ in range(repeats):
         for i, run in enumerate(runs):
-            started = time.perf_counter()
+            started = time.thread_time()
             run()
-            best[i] = min(best[i], time.perf_counter() - started)
+            best[i] = min(best[i], time.thread_time() - started)
     return best
 
 

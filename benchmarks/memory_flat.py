@@ -64,7 +64,7 @@ def main(requests: int, pool: int) -> None:
             table.add_row(
                 f"{done:,}",
                 f"{rss_mib():.1f}",
-                f"{len(hasher.ids):,}",
+                f"{len(hasher):,}",
                 f"{hasher.bound - 1:,}",
                 f"{coord.pool.tables[0].numel():,}",
             )

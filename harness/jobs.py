@@ -26,6 +26,7 @@ cases that other jobs had checked past it before they heard.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import queue
@@ -240,7 +241,7 @@ def ray_messages(campaign: Campaign, jobs: int, address: str) -> Iterator[Progre
         ray.init(
             address=None if address == "local" else address,
             log_to_driver=False,
-            logging_level="ERROR",
+            logging_level=logging.ERROR,
             runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}},
         )
     channel = Queue()

@@ -15,10 +15,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
+from functools import cache
 from itertools import count as forever
 from math import lcm
 
-from kvhit.model.protocol import parse_query
 from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Kind, Query
 
 
@@ -58,6 +58,13 @@ def kinds_of(picked: Sequence[Choice]) -> list[Kind]:
     return [Kind(k) for k in picked if k in KINDS] or [Kind.FULL]
 
 
+@cache
+def drawable(kinds: tuple[str, ...]) -> tuple[Kind, ...]:
+    """:func:`kinds_of` the choices ``kinds`` names, parsed once per tuple (a
+    generator draws a group's kind from them for every group it makes)."""
+    return tuple(kinds_of(choices(kinds)))
+
+
 BLOCK_SIZES = (1, 1, 1, 2, 4)
 
 
@@ -80,7 +87,7 @@ def make_group(
     >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
     Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, eagle=True)
     """
-    kind = pick(kinds_of(choices(kinds)))
+    kind = pick(drawable(tuple(kinds)))
     b = block_size()
     window = span(b) if kind == Kind.SLIDING_WINDOW else None
     chunk = span(b) if kind == Kind.CHUNKED_LOCAL else None
@@ -99,35 +106,31 @@ def random_group(rng: random.Random, kinds: Sequence[str], max_blocks: int, b: i
     )
 
 
-def random_row(rng: random.Random, blocks: int) -> str:
+def random_row(rng: random.Random, blocks: int) -> tuple[bool, ...]:
     """A cache row of about ``blocks`` blocks, mostly cached or sparse."""
     density = rng.choice((0.5, 0.8, 0.95))
     length = max(0, blocks + rng.randint(-1, 1))
-    return "".join("1" if rng.random() < density else "0" for _ in range(length))
+    return tuple(rng.random() < density for _ in range(length))
 
 
 def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
-    """One random query with at most ``max_blocks`` blocks per group in reach of M."""
+    """One random query with at most ``max_blocks`` blocks per group in reach of M.
+
+    Built directly, valid by construction (the tests check it against the parser), as
+    generating cases is the harness's own share of a campaign's time.
+    """
     common = rng.choice(BLOCK_SIZES)
     sizes = [
         common if rng.random() < 0.7 else rng.choice(BLOCK_SIZES) for _ in range(rng.randint(1, 4))
     ]
-    groups = [random_group(rng, kinds, max_blocks, b) for b in sizes]
+    groups = tuple(random_group(rng, kinds, max_blocks, b) for b in sizes)
     alignment = lcm(*sizes) * rng.choice((1, 1, 1, 2))
     reach = min(sizes) * max_blocks
     max_length = alignment * rng.randint(0, max(1, reach // alignment)) + rng.randint(-1, 1)
     max_length = max(0, min(max_length, reach))
     num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, common))
-    cached = [random_row(rng, max_length // g.block_size + 1) for g in groups]
-    return parse_query(
-        {
-            "groups": [g.to_json() for g in groups],
-            "cached": cached,
-            "max_length": max_length,
-            "num_tokens": num_tokens,
-            "alignment": alignment,
-        }
-    )
+    cached = tuple(random_row(rng, max_length // g.block_size + 1) for g in groups)
+    return Query(groups, cached, max_length, num_tokens, alignment)
 
 
 def random_queries(

@@ -104,8 +104,10 @@ def lookup_plan(groups: tuple[Group, ...], alignment: int, top: int, num_tokens:
     """The plan of a lookup of at most ``top`` tokens for a request of ``num_tokens``."""
     lengths = torch.arange(0, top + 1, alignment)
     sizes = tuple(top // g.block_size + 1 for g in groups)
-    plans = [torch_plan(g, lengths, num_tokens) for g in groups]
-    return LookupPlan(lengths, sizes, stack(plans, sizes))
+    # Groups with the same spec (models split layers of one kind into equal groups)
+    # share one plan.
+    plans = {g: torch_plan(g, lengths, num_tokens) for g in dict.fromkeys(groups)}
+    return LookupPlan(lengths, sizes, stack([plans[g] for g in groups], sizes))
 
 
 class Coordinator:
@@ -122,10 +124,11 @@ class Coordinator:
     def request(self, tokens: Sequence[int]) -> Request:
         """A new request, with its block hashes and lookup keys for every group; it
         holds its hashes until :meth:`free`."""
-        tokens = list(tokens)
+        tokens = tokens if isinstance(tokens, list) else list(tokens)
         by_size = {b: hasher.hashes(tokens) for b, hasher in self.hashers.items()}
+        keys_by_size = {b: torch.cat([h, torch.tensor([ROOT])]) for b, h in by_size.items()}
         hashes = [by_size[g.block_size] for g in self.groups]
-        keys = [torch.cat([h, torch.tensor([ROOT])]) for h in hashes]
+        keys = [keys_by_size[g.block_size] for g in self.groups]
         key_bound = max(h.bound for h in self.hashers.values())
         self.pool.reserve(key_bound)
         # Like the hashes, the plan of the usual lookup (max_length = T - 1) is made

@@ -25,7 +25,8 @@ seen.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import torch
 
@@ -35,12 +36,20 @@ ROOT = 0
 Key = tuple[int, tuple[int, ...]]
 
 
+NO_CHILDREN: Mapping[tuple[int, ...], int] = MappingProxyType({})
+"""The children of an id that has none (shared, read-only)."""
+
+
 class BlockHasher:
-    """Interned chained hashes for one block size, with holds (see the module docstring)."""
+    """Interned chained hashes for one block size, with holds (see the module docstring).
+
+    The table is a trie: ``children[i]`` maps a block's tokens to the id of the key
+    ``(i, tokens)``, so finding a block costs one hash of its tokens.
+    """
 
     def __init__(self, block_size: int):
         self.block_size = block_size
-        self.ids: dict[Key, int] = {}
+        self.children: list[Mapping[tuple[int, ...], int]] = [NO_CHILDREN]
         self.key_of: list[Key | None] = [None]
         self.holds = [0]
         self.spare: list[int] = []
@@ -50,33 +59,45 @@ class BlockHasher:
         """Every id handed out is below this."""
         return len(self.key_of)
 
+    def __len__(self) -> int:
+        """How many keys the table holds."""
+        return len(self.key_of) - 1 - len(self.spare)
+
     def hashes(self, tokens: Sequence[int]) -> torch.Tensor:
         """The hash id of every full block of ``tokens`` (a partial last block has
         none), held until :meth:`release`."""
         out = array("q")
         parent = ROOT
-        find = self.ids.get
-        for block in zip(*[iter(tokens)] * self.block_size):  # the full blocks, as tuples
-            key = (parent, block)
-            found = find(key)
-            parent = self.intern(key) if found is None else found
-            out.append(parent)
+        children = self.children
+        blocks = zip(*[iter(tokens)] * self.block_size)  # the full blocks, as tuples
+        for block in blocks:
+            found = children[parent].get(block)
+            if found is None:
+                # A fresh id has no children, so every later key is new as well.
+                out.append(parent := self.intern(parent, block))
+                for block in blocks:
+                    out.append(parent := self.intern(parent, block))
+                break
+            out.append(parent := found)
         self.hold(parent)
         return (
             torch.frombuffer(out, dtype=torch.int64) if out else torch.zeros(0, dtype=torch.int64)
         )
 
-    def intern(self, key: Key) -> int:
-        """A fresh id for ``key``; the key holds its parent."""
+    def intern(self, parent: int, block: tuple[int, ...]) -> int:
+        """A fresh id for the key ``(parent, block)``; the key holds its parent."""
         if self.spare:
             new = self.spare.pop()
-            self.key_of[new] = key
+            self.key_of[new] = (parent, block)
         else:
             new = len(self.key_of)
-            self.key_of.append(key)
+            self.key_of.append((parent, block))
+            self.children.append(NO_CHILDREN)
             self.holds.append(0)
-        self.ids[key] = new
-        self.hold(key[0])
+        if self.children[parent] is NO_CHILDREN:
+            self.children[parent] = {}
+        self.children[parent][block] = new  # type: ignore[index]
+        self.hold(parent)
         return new
 
     def hold(self, hash_id: int) -> None:
@@ -93,10 +114,12 @@ class BlockHasher:
                 return
             key = self.key_of[hash_id]
             assert key is not None, f"hash id {hash_id} dropped more often than held"
-            del self.ids[key]
+            parent, block = key
+            del self.children[parent][block]  # type: ignore[attr-defined]
             self.key_of[hash_id] = None
+            self.children[hash_id] = NO_CHILDREN  # nothing holds it, so no child is left
             self.spare.append(hash_id)
-            hash_id = key[0]
+            hash_id = parent
 
     def release(self, hash_ids: torch.Tensor) -> None:
         """Drop the hold a request took on its hashes (what :meth:`hashes` gave it)."""

@@ -153,7 +153,7 @@ THEOREMS = [
         quick_bound=8,
         build=closure_goals("full"),
         rests_on="model code: spec valid",
-        scope="b/A 1/1, 2/4",
+        scope="M <= N units of A; b/A 1/1, 2/4",
     ),
     Theorem(
         name="full_evaluate_once",
@@ -168,7 +168,7 @@ THEOREMS = [
         quick_bound=8,
         build=evaluate_once_goals,
         rests_on="model code: spec valid, full finder",
-        scope="b/A 1/1, 2/4",
+        scope="M <= N units of A; b/A 1/1, 2/4",
     ),
     Theorem(
         name="one_pass_shortcut",
@@ -183,7 +183,7 @@ THEOREMS = [
         quick_bound=3,
         build=one_pass_goals(shortcut_orders()),
         rests_on="model code: single_pass, finders",
-        scope="full first, 1 non-closed last; b/A 1/1, 2/4",
+        scope="M <= N units of A; full first, 1 non-closed last; b/A 1/1, 2/4",
     ),
     Theorem(
         name="window_downward_closed",
@@ -197,6 +197,6 @@ THEOREMS = [
         quick_bound=4,
         build=closure_goals("sliding_window"),
         rests_on="model code: spec valid",
-        scope="b/A 1/1, 2/4",
+        scope="M <= N units of A; b/A 1/1, 2/4",
     ),
 ]

@@ -11,6 +11,7 @@ Exit 0 only if every theorem got its expected status (and cvc5 never disagreed),
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +27,10 @@ from kvhit.proofs.runner import DEFAULT_TIMEOUT, Result, run_theorem
 
 STATUS_STYLE = {Status.PROVED: "green", Status.REFUTED: "yellow"}
 """Colours of the statuses that can be expected; every other status is red."""
+
+FILE_WIDTH = 200
+"""Columns of the report when it goes to a file or a pipe (a CI log), not a terminal:
+wide enough that each row's "rests on" and "range" stay on one or two lines."""
 
 
 class MissingModule(click.ClickException):
@@ -107,10 +112,12 @@ def results_table(results: list[Result], cross_check: bool) -> Table:
     table = Table(title="kvhit prove")
     for column in ("theorem", "status", "rests on", "range", "seconds"):
         table.add_column(
-            column, justify="right" if column == "seconds" else "left", no_wrap=column == "theorem"
+            column,
+            justify="right" if column == "seconds" else "left",
+            no_wrap=column in ("theorem", "status", "seconds"),
         )
     if cross_check:
-        table.add_column("cvc5")
+        table.add_column("cvc5", no_wrap=True)
     for r in results:
         status = f"[{STATUS_STYLE.get(r.status, 'red')}]{r.status}[/]"
         if r.status != r.expected:
@@ -190,7 +197,8 @@ def prove(
     if as_json:
         click.echo(json.dumps({"ok": ok, "theorems": [r.to_json() for r in results]}))
     else:
-        report(Console(highlight=False, soft_wrap=True), results, cross_check)
+        width = None if sys.stdout.isatty() else FILE_WIDTH
+        report(Console(highlight=False, soft_wrap=True, width=width), results, cross_check)
     raise SystemExit(0 if ok else 1)
 
 

@@ -95,7 +95,7 @@ THEOREMS = [
         quick_bound=3,
         build=single_drop_goals,
         rests_on="model code: fixed_point, eagle wrapper",
-        scope="b = A = 1; eagle + any finder",
+        scope="M <= N; b = A = 1; eagle + any finder",
     ),
     Theorem(
         name="eagle_spiral",
@@ -109,7 +109,7 @@ THEOREMS = [
         quick_bound=3,
         build=spiral_goals,
         rests_on="model code: spiral_fixed_point",
-        scope="b = A = 1; 1 eagle group",
+        scope="M <= N; b = A = 1; 1 eagle group",
     ),
     Theorem(
         name="single_pass_two_windows",
@@ -123,6 +123,6 @@ THEOREMS = [
         quick_bound=3,
         build=single_pass_goals,
         rests_on="model code: single_pass",
-        scope="2 windows, b = A = 1",
+        scope="M <= N; 2 windows, b = A = 1",
     ),
 ]

@@ -130,6 +130,6 @@ THEOREMS = [
         build=build,
         tags=("impl",),
         rests_on="impl code: stage, Plan.holds vs spec valid",
-        scope="1 group: every kind, b = 1-4",
+        scope="rows of N blocks; 1 group: every kind, b = 1-4",
     ),
 ]

@@ -16,14 +16,15 @@ sums of symbolic miss flags. The two tensor lines of the reduction are restated 
 z3 terms (:func:`reduce_lookup`; the tests check the restatement against the real
 coordinator on random states). The claim: for every cache state (every bit of every
 group's row), the answer is L*, the spec's ``valid`` over every candidate
-(:func:`kvhit.model.algorithms.longest_of`), for every M < T (one goal per multiple
-of A: each has its own plan, with its own sizes and offsets), for each
-configuration of :data:`CONFIGS`: 3 groups of 16 blocks each, every kind, the eagle
-wrapper, block sizes 1 and 2. A counterexample is run through the real coordinator
+(:func:`kvhit.model.algorithms.longest_of`), for a request of 16 blocks of the
+largest block size b, T = 16·b and 16·b + 1 (:func:`request_lengths`), for every
+M < T (one goal per multiple of A: each has its own plan, with its own sizes and
+offsets), for each configuration of :data:`CONFIGS`: 3 groups, every kind, the
+eagle wrapper, block sizes 1 and 2. A counterexample is run through the real coordinator
 (its block pool preloaded with the state).
 
     >>> [goal.name for goal in build(None)][:1]
-    ['full b=1 + sliding_window w=3 b=1 + mamba b=1 (A=1, T=17, M=0)']
+    ['full b=1 + sliding_window w=3 b=1 + mamba b=1 (A=1, T=16, M=0)']
 """
 
 from __future__ import annotations
@@ -95,11 +96,10 @@ class LookupTerms:
     best: Any
 
 
-def lookup_terms(groups: tuple[Group, ...], blocks: int, max_length: int) -> LookupTerms:
-    """The lookup of at most ``max_length`` tokens for a request of ``blocks`` blocks of
-    the largest block size plus one token, as the coordinator makes and reads it."""
+def lookup_terms(groups: tuple[Group, ...], num_tokens: int, max_length: int) -> LookupTerms:
+    """The lookup of at most ``max_length`` tokens for a request of ``num_tokens``, as
+    the coordinator makes and reads it."""
     alignment = default_alignment(groups)
-    num_tokens = blocks * max(g.block_size for g in groups) + 1
     lookup = coordinator.Coordinator(groups, 1, alignment).plan_for(num_tokens, max_length)
     lengths = [int(x) for x in lookup.lengths]
     ops = Z3Ops(bound=1)
@@ -128,9 +128,9 @@ def lookup_terms(groups: tuple[Group, ...], blocks: int, max_length: int) -> Loo
     return LookupTerms(q, rows, reduce_lookup(ok, lengths), best)
 
 
-def goal_for(groups: tuple[Group, ...], blocks: int, max_length: int) -> Goal:
+def goal_for(groups: tuple[Group, ...], num_tokens: int, max_length: int) -> Goal:
     """The lookup's answer != L*, for every cache state of ``groups``."""
-    t = lookup_terms(groups, blocks, max_length)
+    t = lookup_terms(groups, num_tokens, max_length)
     q = t.query
     name = (
         " + ".join(map(describe, groups)) + f" (A={q.alignment}, T={q.num_tokens}, M={max_length})"
@@ -160,18 +160,27 @@ def witness(q: Query, rows: list[SymRow]) -> Any:
     return read
 
 
-def limits(groups: tuple[Group, ...], blocks: int) -> list[int]:
-    """Every M that gives the lookup its own plan: each multiple of A up to T - 1 (a
-    plan depends on M only through the top candidate, M rounded down to A)."""
-    num_tokens = blocks * max(g.block_size for g in groups) + 1
+def request_lengths(groups: tuple[Group, ...], blocks: int) -> tuple[int, int]:
+    """The request lengths T a lookup of ``blocks`` blocks of the largest block size is
+    checked at: ending on a block boundary, and one token into the next block (the
+    eagle rule's block after the hit, and the last whole block, differ between them)."""
+    whole = blocks * max(g.block_size for g in groups)
+    return whole, whole + 1
+
+
+def limits(groups: tuple[Group, ...], num_tokens: int) -> list[int]:
+    """Every M that gives the lookup its own plan: each multiple of A below T (a plan
+    depends on M only through the top candidate, M rounded down to A)."""
     return list(range(0, num_tokens, default_alignment(groups)))
 
 
 def build(bound: int | None) -> list[Goal]:
-    """One goal per configuration and M, ``bound`` blocks per group."""
+    """One goal per configuration, T and M, ``bound`` blocks per group."""
     coordinator.lookup_plan.cache_clear()  # plans made now, from the code as it is now
     blocks = bound or BLOCKS
-    return [goal_for(g, blocks, m) for g in CONFIGS for m in limits(g, blocks)]
+    return [
+        goal_for(g, t, m) for g in CONFIGS for t in request_lengths(g, blocks) for m in limits(g, t)
+    ]
 
 
 THEOREMS = [
@@ -189,6 +198,6 @@ THEOREMS = [
         build=build,
         tags=("impl",),
         rests_on="impl code: lookup_plan, stack, Plan.holds; reduction restated",
-        scope="every M < T; 4 sets of 3 groups",
+        scope="N blocks per group, T = N*b or N*b+1, every M < T; 4 sets of 3 groups",
     ),
 ]

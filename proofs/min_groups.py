@@ -127,7 +127,7 @@ THEOREMS = [
         quick_bound=3,
         build=lower_bound_goals,
         rests_on="model code: min_of_groups, finders",
-        scope="1-2 groups at b/A 1/1, 2/2; 3 non-closed",
+        scope="M <= N blocks; 1-2 groups at b/A 1/1, 2/2; 3 non-closed",
     ),
     Theorem(
         name="min_is_longest",
@@ -141,6 +141,6 @@ THEOREMS = [
         quick_bound=4,
         build=refutation_goals,
         rests_on="model code: min_of_groups, finders",
-        scope="1-3 groups, b = A = 1",
+        scope="M <= N; 1-3 groups, b = A = 1",
     ),
 ]

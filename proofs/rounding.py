@@ -114,7 +114,7 @@ THEOREMS = [
         quick_bound=4,
         build=rounding_goals(CONFIGS),
         rests_on="model code: fixed_point_of, finders",
-        scope="2 groups; b 1,2 A=2; b 2,3 A=6",
+        scope="M <= N; 2 groups; b 1,2 A=2; b 2,3 A=6",
     ),
     Theorem(
         name="own_block_rounding_coarse_alignment",
@@ -128,6 +128,6 @@ THEOREMS = [
         quick_bound=4,
         build=rounding_goals((COARSE,)),
         rests_on="model code: fixed_point_of, finders",
-        scope="2 groups; b 1,1 A=2",
+        scope="M <= N; 2 groups; b 1,1 A=2",
     ),
 ]

@@ -25,7 +25,7 @@ from kvhit.harness.shrink import shrink
 from kvhit.harness.strategies import falsify, queries
 from kvhit.model.algorithms import fixed_point, spiral_fixed_point
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query, longest_hit
+from kvhit.model.spec import Group, Kind, Query, longest_hit
 from kvhit.targets import model_target, seed_min_target
 
 pytest_plugins = ["pytester"]
@@ -85,6 +85,14 @@ def test_crash_timeout_unsupported_pass_through() -> None:
 
 def unsafe_for_seed_min(q: Query) -> bool:
     return judge(q, seed_min_target(q.to_json())).cls == "unsafe"
+
+
+def test_random_queries_are_valid_protocol_queries() -> None:
+    # The generator builds queries directly; the parser is the judge of validity.
+    queries = list(random_queries(4, 3000))
+    assert all(parse_query(json.loads(json.dumps(q.to_json()))) == q for q in queries)
+    assert {g.kind for q in queries for g in q.groups} == set(Kind)
+    assert any(g.eagle for q in queries for g in q.groups)
 
 
 def test_shrink_keeps_the_class_and_gets_small() -> None:

@@ -156,12 +156,17 @@ def test_keys_kept_are_those_of_cached_prefixes_and_ids_are_reused() -> None:
                 prefixes.update(tuple(prompt[:end]) for end in range(b, len(prompt) + 1, b))
         for b, hasher in engine.coord.hashers.items():
             live = live_closure(engine.coord, b)
-            assert set(hasher.ids.values()) == live
+            keys = {i: key for i, key in enumerate(hasher.key_of) if key is not None}
+            assert (
+                set(keys)
+                == live
+                == {hasher.children[parent][block] for parent, block in keys.values()}
+            )
             holders: Counter[int] = Counter()
             for g, table in zip(engine.coord.groups, engine.coord.pool.tables):
                 if g.block_size == b:
                     holders.update(i for i, block in enumerate(table.tolist()) if block >= 0)
-            holders.update(parent for parent, _ in hasher.ids if parent != ROOT)
+            holders.update(parent for parent, _ in keys.values() if parent != ROOT)
             assert {i: hasher.holds[i] for i in live} == {i: holders[i] for i in live}
             reused += hasher.bound - 1 < len(seen[b])
     assert reused > 0

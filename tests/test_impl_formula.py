@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from itertools import product
 
 import torch
@@ -9,6 +11,7 @@ import z3
 
 from kvhit.impl.formula import prefix_sums, valid_lengths
 from kvhit.model.spec import Group, valid
+from kvhit.proofs import lookup
 from kvhit.proofs.impl_formula import THEOREMS, build
 
 
@@ -66,27 +69,22 @@ def test_the_lookup_terms_answer_what_the_coordinator_answers() -> None:
     # impl_lookup restates the coordinator's reduction (amin over groups, then the
     # longest valid candidate) and its prefix sums on z3 terms: on concrete cache
     # states both must answer what the real coordinator does.
-    import random
-
-    from kvhit.model.spec import Query
-    from kvhit.proofs import lookup
-
     rng = random.Random(8)
     for groups in lookup.CONFIGS:
-        for max_length in rng.sample(lookup.limits(groups, 6), 3):
-            t = lookup.lookup_terms(groups, 6, max_length)
-            for _ in range(8):
-                bits = tuple(tuple(rng.random() < 0.7 for _ in range(r.length)) for r in t.rows)
-                fixed = [
-                    z3.Select(r.bits, j) == bit
-                    for r, row in zip(t.rows, bits)
-                    for j, bit in enumerate(row)
-                ]
-                solver = z3.Solver()
-                solver.add(*fixed)
-                assert solver.check() == z3.sat
-                model = solver.model()
-                said = model.eval(t.answer, model_completion=True).as_long()
-                q = t.query
-                concrete = Query(q.groups, bits, q.max_length, q.num_tokens, q.alignment)
-                assert said == lookup.coordinator_answer(concrete), (groups, max_length, bits)
+        for num_tokens in lookup.request_lengths(groups, 6):
+            for max_length in rng.sample(lookup.limits(groups, num_tokens), 3):
+                t = lookup.lookup_terms(groups, num_tokens, max_length)
+                for _ in range(8):
+                    bits = tuple(tuple(rng.random() < 0.7 for _ in range(r.length)) for r in t.rows)
+                    q = replace(t.query, cached=bits)
+                    assert said(t, bits) == lookup.coordinator_answer(q), (q, bits)
+
+
+def said(t: lookup.LookupTerms, bits: tuple[tuple[bool, ...], ...]) -> int:
+    """The lookup term's value with the rows' bits fixed to ``bits``."""
+    solver = z3.Solver()
+    solver.add(
+        *[z3.Select(r.bits, j) == bit for r, row in zip(t.rows, bits) for j, bit in enumerate(row)]
+    )
+    assert solver.check() == z3.sat
+    return solver.model().eval(t.answer, model_completion=True).as_long()

@@ -1,0 +1,138 @@
+"""Where a campaign's time goes: one job of ``kvhit fuzz``, sampled, by whose code runs.
+
+Run: ``python benchmarks/campaign_profile.py [--target vllm] [--cases N]`` (the vLLM
+target in the vLLM environment). The campaign runs in this process, as one job does,
+while a second thread looks at the job's stack every millisecond and counts the
+sample for the innermost frame that belongs to one of these parts:
+
+- *the target*: the engine under test. For vLLM, split into its
+  ``find_longest_cache_hit`` (the lookup under test) and everything else of vLLM the
+  adapter calls to build the query's state (configs, coordinator, block pool, cached
+  blocks); for the impl, its block hashing apart from the rest;
+- *adapter*: kvhit's own code that turns a query into the engine's state;
+- *reference*: the model (L*, validity, the finders) that judges each answer;
+- *harness*: drawing queries, calling the target, judging, counting, shrinking;
+- *torch*.
+
+Frames of none of these (Python's library, builtins, pydantic) count for the part
+that called them, as they run on its behalf. Sampling does not slow small functions
+more than large ones, as a tracing profiler does; the shares are of samples, and the
+unsampled time of the same cases is printed above the table.
+
+Left out: starting Python and importing the target (see ``jobs_speedup.py``'s
+start-up column).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from functools import partial
+from pathlib import Path
+from types import FrameType, ModuleType
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+import kvhit
+import kvhit.adapters
+import kvhit.harness
+import kvhit.impl
+import kvhit.model
+from kvhit.harness.gate import random_phases
+from kvhit.harness.jobs import Campaign, run_job
+from kvhit.harness.random_cases import CHOICES
+
+
+def folder(module: ModuleType) -> str:
+    """The folder a package's files are in (kvhit's folders map to ``kvhit.*``)."""
+    return str(Path(module.__file__ or "").parent) + os.sep
+
+
+VLLM = os.sep + "vllm" + os.sep
+PARTS = (
+    (VLLM, "vLLM"),
+    (folder(kvhit.impl) + "hashing.py", "the target (impl): block hashing"),
+    (folder(kvhit.impl), "the target (impl): the rest"),
+    (folder(kvhit.adapters), "adapter"),
+    (folder(kvhit.model), "reference"),
+    (folder(kvhit.harness), "harness"),
+    (folder(kvhit), "harness"),
+    (os.sep + "torch" + os.sep, "torch"),
+)
+LOOKUP = "the target (vLLM): find_longest_cache_hit"
+BUILD = "the target (vLLM): building the query's state"
+INTERVAL = 0.001
+"""Seconds between samples."""
+
+
+def part_of(frame: FrameType | None) -> str:
+    """The part a sampled stack counts for: that of its innermost frame in a part
+    (vLLM's split by whether its lookup is on the stack)."""
+    part = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if part is None:
+            part = next((name for marker, name in PARTS if marker in filename), None)
+        if part == "vLLM" and frame.f_code.co_name == "find_longest_cache_hit":
+            return LOOKUP
+        frame = frame.f_back
+    return BUILD if part == "vLLM" else part or "the rest"
+
+
+class Sampler(threading.Thread):
+    """Counts, every ``INTERVAL`` seconds, the part the watched thread is in."""
+
+    def __init__(self, watched: int):
+        super().__init__(daemon=True)
+        self.watched = watched
+        self.counts: Counter[str] = Counter()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(INTERVAL):
+            self.counts[part_of(sys._current_frames().get(self.watched))] += 1
+
+
+def profile(target: str, cases: int) -> tuple[float, Counter[str]]:
+    """Seconds of one job's ``cases`` random cases, unsampled, and the samples of
+    each part in a second run of the same cases."""
+    phases = partial(random_phases, 0, 8, CHOICES, None, cases)
+    campaign = Campaign(target, None, 60.0, phases)
+    start = time.perf_counter()
+    run_job(campaign, 0, 1, lambda _: None)
+    seconds = time.perf_counter() - start
+    sampler = Sampler(threading.get_ident())
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(INTERVAL / 4)  # let the sampler in on time
+    sampler.start()
+    run_job(campaign, 0, 1, lambda _: None)
+    sampler.done.set()
+    sampler.join()
+    sys.setswitchinterval(switch)
+    return seconds, sampler.counts
+
+
+@click.command()
+@click.option("--target", default="impl", show_default=True)
+@click.option("--cases", default=5000, show_default=True, help="random cases")
+def main(target: str, cases: int) -> None:
+    """Print each part's share of one job's time."""
+    seconds, counts = profile(target, cases)
+    total = sum(counts.values())
+    title = f"fuzz --target {target} --cases {cases:,}, one job: {seconds:.2f} s"
+    table = Table(title=f"{title} ({total:,} samples)")
+    for column in ("part", "share", "per case (µs)"):
+        table.add_column(column, justify="left" if column == "part" else "right")
+    for part, samples in counts.most_common():
+        share = samples / total
+        table.add_row(part, f"{share:.0%}", f"{share * seconds / cases * 1e6:,.0f}")
+    Console(width=120).print(table)
+
+
+if __name__ == "__main__":
+    main()
