@@ -91,6 +91,11 @@ def eagle_window_off_alignment(q: Query) -> bool:
     )
 
 
+def eagle_in_hybrid(q: Query) -> bool:
+    """An eagle group among several groups (vLLM's hybrid coordinator)."""
+    return len(q.groups) > 1 and any(g.eagle for g in q.groups)
+
+
 def eagle_shares_spec(q: Query) -> bool:
     """An eagle group and a non-eagle group with equal specs."""
     return any(a.eagle and not b.eagle and same_spec(a, b) for a in q.groups for b in q.groups)
@@ -119,6 +124,7 @@ DIVERGENCES = (
         },
         vllm_length=1,
         vllm_blocks=[[0], [0]],
+        first="0.32.0",
     ),
     Divergence(
         "eagle drop not re-checked, at model sizes (windows 128 and 1024, block size 16)",
@@ -131,6 +137,21 @@ DIVERGENCES = (
         },
         vllm_length=944,
         vllm_blocks=[list(range(51, 59)), list(range(59))],
+        first="0.20.0",
+    ),
+    Divergence(
+        "eagle lookup not widened by the margin, and the drop repeated on every pass",
+        "lost reuse",
+        eagle_in_hybrid,
+        {
+            "groups": [sw(5, 2, eagle=True), {"kind": "full", "block_size": 1, "eagle": True}],
+            "cached": ["11", "111"],
+            "max_length": 3,
+            "alignment": 2,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], []],
+        last="0.19.0",
     ),
     Divergence(
         "chunk start taken from the lookup bound, rounded down to a block",
@@ -155,6 +176,7 @@ DIVERGENCES = (
         },
         vllm_length=0,
         vllm_blocks=[[], []],
+        first="0.20.0",
     ),
     Divergence(
         "unitary coordinator: eagle lookup capped at max_length",
@@ -182,6 +204,7 @@ DIVERGENCES = (
         },
         vllm_length=0,
         vllm_blocks=[[], []],
+        first="0.29.0",
     ),
     Divergence(
         "window 1 still needs the block before the hit",
