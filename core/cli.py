@@ -36,6 +36,15 @@ class KvhitGroup(click.Group):
             return import_attr(LAZY_COMMANDS[name])
         return super().get_command(ctx, name)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; Ctrl-C that the command does not report itself (one that
+        comes before a run has begun) ends with one line and exit code 130."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
 
 @click.group(cls=KvhitGroup)
 @click.version_option(package_name="kvhit")

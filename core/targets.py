@@ -15,6 +15,8 @@ Built-ins are imported only when asked for, so ``vllm`` costs nothing unless use
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -73,3 +75,20 @@ def get(name: str) -> Target:
     except TargetError as err:
         hint = INSTALL_HINTS.get(name)
         raise TargetError(f"{err}; {hint}" if hint else str(err)) from None
+
+
+def load_target(name: str) -> Target:
+    """A built-in target, or ``module:function`` imported with the current directory
+    on the path."""
+    if ":" not in name:
+        return get(name)
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return load_callable(name)
+    except TargetError:
+        raise
+    except Exception as err:  # the module itself failed while being imported
+        reason = f"{type(err).__name__}: {err}"
+        raise TargetError(f"target {name!r}: importing it failed ({reason})") from None

@@ -31,8 +31,10 @@ import multiprocessing
 import os
 import queue
 import signal
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +186,25 @@ def why(err: Exception) -> str:
     return f"a job failed: {type(err).__name__}: {err}"
 
 
+@contextmanager
+def ctrl_c_sets(stop: Any) -> Iterator[None]:
+    """While inside, Ctrl-C sets the shared stop place to INTERRUPTED (each job stops at
+    its next case and reports) instead of raising, whenever it comes: also while the
+    jobs are being started. Outside the main thread (no signals there) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, frame: Any) -> None:
+        stop.value = INTERRUPTED
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def local_messages(campaign: Campaign, jobs: int) -> Iterator[Progress]:
     """Run the jobs as forked processes on this machine; their messages as they come.
 
@@ -197,16 +218,20 @@ def local_messages(campaign: Campaign, jobs: int) -> Iterator[Progress]:
         context.Process(target=local_job, args=(campaign, job, jobs, channel, stop), daemon=True)
         for job in range(jobs)
     ]
-    for proc in procs:
-        proc.start()
+    with ctrl_c_sets(stop):
+        for proc in procs:
+            proc.start()
+        yield from messages_of(procs, channel)
+
+
+def messages_of(procs: list[Any], channel: Any) -> Iterator[Progress]:
+    """The started jobs' messages until every job has finished. A job that dies
+    without a word is a TargetError. The processes end with the iteration."""
     finished: set[int] = set()
     try:
-        while len(finished) < jobs:
+        while len(finished) < len(procs):
             try:
                 message = channel.get(timeout=0.5)
-            except KeyboardInterrupt:
-                stop.value = INTERRUPTED  # each job stops at its next case and reports
-                continue
             except queue.Empty:
                 dead = [j for j, p in enumerate(procs) if j not in finished and not p.is_alive()]
                 if dead:

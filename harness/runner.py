@@ -286,23 +286,6 @@ class IsolatedRunner(CommandRunner):
 Runner = CallableRunner | CommandRunner
 
 
-def load_target(name: str) -> Callable[[dict[str, Any]], Any]:
-    """A built-in target, or ``module:function`` imported with the current directory
-    on the path."""
-    if ":" not in name:
-        return targets.get(name)
-    here = os.getcwd()
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    try:
-        return targets.load_callable(name)
-    except TargetError:
-        raise
-    except Exception as err:  # the module itself failed while being imported
-        reason = f"{type(err).__name__}: {err}"
-        raise TargetError(f"target {name!r}: importing it failed ({reason})") from None
-
-
 def label_of(target: str | None, target_cmd: str | None) -> str:
     """How reports name the target of ``--target`` or ``--target-cmd``."""
     return target if target is not None else f"cmd:{target_cmd}"
@@ -323,7 +306,9 @@ def open_target(
         raise TargetError("--isolate is for --target; a --target-cmd program has its own process")
     if name is not None and command is None:
         return (
-            IsolatedRunner(name, timeout) if isolate else CallableRunner(load_target(name), timeout)
+            IsolatedRunner(name, timeout)
+            if isolate
+            else CallableRunner(targets.load_target(name), timeout)
         )
     if command is not None and name is None:
         return CommandRunner(command, timeout)

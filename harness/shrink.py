@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterator
-from math import lcm
 from typing import Any
 
 from kvhit.model.protocol import QueryError, parse_query
@@ -123,15 +122,18 @@ STEPS = (
 )
 
 
+def aligned(obj: Json) -> Json:
+    """``obj`` with the protocol's default alignment where a step left it None."""
+    return {k: v for k, v in obj.items() if k != "alignment" or v is not None}
+
+
 def candidates(q: Query) -> Iterator[Query]:
     """Every simpler valid query one step away from ``q``."""
     base = q.to_json()
     for step in STEPS:
         for obj in step(base):
             try:
-                if obj["alignment"] is None:
-                    obj = {**obj, "alignment": lcm(*(g["block_size"] for g in obj["groups"]))}
-                cand = parse_query(obj)
+                cand = parse_query(aligned(obj))
             except QueryError:
                 continue
             if cand != q:

@@ -16,7 +16,6 @@ target and hands back the shrunk query.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from math import lcm
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +25,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from kvhit.harness.random_cases import CHOICES, make_group
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query
+from kvhit.model.spec import Group, Query, default_alignment
 
 
 @st.composite
@@ -64,8 +63,7 @@ def queries(
     """A valid query of up to ``max_groups`` groups, each with at most ``max_blocks``
     blocks in reach of M. Shrinks towards fewer groups, a smaller M and fewer blocks."""
     groups = draw(st.lists(group_configs(kinds), min_size=1, max_size=max_groups))
-    base = lcm(*(g.block_size for g in groups))
-    alignment = base * draw(st.integers(1, 2))
+    alignment = default_alignment(tuple(groups)) * draw(st.integers(1, 2))
     reach = min(g.block_size for g in groups) * max_blocks
     max_length = draw(st.integers(0, max(0, reach)))
     extra = draw(st.integers(1, max(g.block_size for g in groups) + 1))

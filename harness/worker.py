@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from kvhit.errors import TargetError, Unsupported
-from kvhit.harness.runner import load_target
+from kvhit.targets import load_target
 
 
 def answer_line(func: Callable[[dict[str, Any]], Any], query: dict[str, Any]) -> str:

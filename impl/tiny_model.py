@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvhit.model.spec import Group
+from kvhit.model.spec import Group, Kind
 
 Tables = Sequence[Sequence[int]]
 
@@ -38,9 +38,9 @@ Tables = Sequence[Sequence[int]]
 def attends(g: Group, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
     """The attention mask of a layer of group g's kind: which keys each query sees."""
     causal = key_pos <= query_pos
-    if g.kind == "sliding_window":
+    if g.kind == Kind.SLIDING_WINDOW:
         return causal & (key_pos > query_pos - g.window)
-    if g.kind == "chunked_local":
+    if g.kind == Kind.CHUNKED_LOCAL:
         return causal & (key_pos >= query_pos // g.chunk * g.chunk)
     return causal
 
@@ -52,7 +52,7 @@ class PagedStore:
     def __init__(self, groups: Sequence[Group], num_blocks: int, dim: int):
         self.data = [
             torch.full(
-                (num_blocks, dim) if g.kind == "mamba" else (num_blocks, g.block_size, 2, dim),
+                (num_blocks, dim) if g.kind == Kind.MAMBA else (num_blocks, g.block_size, 2, dim),
                 math.nan,
                 dtype=torch.float64,
             )
@@ -105,7 +105,7 @@ class TinyHybrid:
         x = self.embed[torch.tensor(tokens[start:], dtype=torch.int64)]
         reads, new = [], []
         for i, g in enumerate(self.groups):
-            layer = self.recurrence if g.kind == "mamba" else self.attention
+            layer = self.recurrence if g.kind == Kind.MAMBA else self.attention
             out, read, blocks = layer(i, x, start, len(tokens), tables[i] if start else [], store)
             x = x + out
             reads.append(read)

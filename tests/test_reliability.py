@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from kvhit import cli
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.algorithms import fixed_point, per_group
 from kvhit.model.spec import Query, longest_hit, reduced, valid_all
@@ -205,25 +207,17 @@ def test_a_program_crash_keeps_its_last_stderr_lines(tmp_path: Path) -> None:
 # Item: Ctrl-C.
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_ctrl_c_ends_a_fuzz_run_with_its_summary(jobs: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("command", "jobs"), [(("fuzz",), "1"), (("fuzz",), "2"), (("gate", "--keep-going"), "2")]
+)
+def test_ctrl_c_ends_a_run_with_its_summary(
+    command: tuple[str, ...], jobs: str, tmp_path: Path
+) -> None:
     """Interrupted once it has saved a counterexample: the summary says what was checked
     and where the counterexample is, and the exit code is 130."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kvhit.cli",
-            "fuzz",
-            "--target",
-            "seed-min",
-            "--seconds",
-            "600",
-            "--out",
-            "found",
-            "--jobs",
-            jobs,
-        ],
+        [sys.executable, "-m", "kvhit.cli", *command, "--target", "seed-min"]
+        + ["--seconds", "600", "--out", "found", "--jobs", jobs],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -243,6 +237,17 @@ def test_ctrl_c_ends_a_fuzz_run_with_its_summary(jobs: str, tmp_path: Path) -> N
     assert re.search(r"seed-min: interrupted after \d+ cases in [\d.]+ s: ok \d+  unsafe \d+", out)
     (saved,) = (tmp_path / "found").glob("unsafe-*.json")
     assert f"replay with: kvhit replay found/{saved.name} --target seed-min" in out
+
+
+def test_ctrl_c_before_a_run_has_begun_is_one_line_and_130(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "read_queries", interrupted)
+    result = CliRunner().invoke(cli.main, ["check", "-"], input="{}")
+    assert (result.exit_code, result.stderr, result.stdout) == (130, "interrupted\n", "")
 
 
 # Item: nothing but kvhit's own output.
