@@ -31,6 +31,8 @@ from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
 from kvhit.harness.random_cases import CHOICES, Choice, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
 from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
+from kvhit.harness.stateful_command import refuse, replay_program, run_stateful, stateful_options
+from kvhit.harness.stateful_protocol import is_program_file
 from kvhit.inputs import read_queries, read_text
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
@@ -286,6 +288,7 @@ def scope_phases(
     help="Instead of random queries, every cache state of the groups and limits of the "
     "queries in FILE (their rows are ignored).",
 )
+@stateful_options
 @harness_command
 def fuzz(
     target: str | None,
@@ -302,6 +305,8 @@ def fuzz(
     max_blocks: int,
     kinds: str | None,
     scope_file: str | None,
+    stateful: bool,
+    steps: int,
 ) -> None:
     """Check random queries against the reference until --seconds pass or --cases are done
     (or, with --every-state, every cache state of the given groups).
@@ -311,6 +316,11 @@ def fuzz(
     picked = check_kinds(kinds)
     if seconds is None and cases is None and scope_file is None:
         seconds = FUZZ_SECONDS
+    if stateful:
+        refuse(isolate=isolate, ray=ray_address, every_state=scope_file)
+        options = {"out_dir": Path(out), "seed": seed, "steps": steps, "kinds": picked}
+        options |= {"max_tokens": 2 * max_blocks, "stop_at_first": False}
+        run_stateful(target, target_cmd, timeout, options, seconds, cases, as_json)
     phases: Callable[[], list[Phase]]
     total: int | None
     if scope_file is not None:
@@ -331,6 +341,7 @@ def fuzz(
 @run_options
 @click.option("--junit", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")
 @click.option("--keep-going", is_flag=True, help="Do not stop at the first disagreement.")
+@stateful_options
 @harness_command
 def gate(
     target: str | None,
@@ -346,11 +357,18 @@ def gate(
     ray_address: str | None,
     junit: str | None,
     keep_going: bool,
+    stateful: bool,
+    steps: int,
 ) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
     for --seconds (default 20). Stops at the first disagreement unless --keep-going."""
-    console = reporting_console(as_json)
     budget = DEFAULT_SECONDS if seconds is None else seconds
+    if stateful:
+        refuse(isolate=isolate, ray=ray_address)
+        options = {"out_dir": Path(out), "seed": seed, "steps": steps}
+        options["stop_at_first"] = not keep_going
+        run_stateful(target, target_cmd, timeout, options, budget, cases, as_json, junit)
+    console = reporting_console(as_json)
     phases = functools.partial(gate_phases, budget, seed, cases=cases)
     campaign = Campaign(
         target, target_cmd, timeout, phases, Path(out), not keep_going, isolate=isolate
@@ -374,15 +392,21 @@ def replay(
     isolate: bool,
     as_json: bool,
 ) -> None:
-    """Rerun saved disagreements (or plain queries) against a target."""
+    """Rerun saved disagreements (or plain queries, or stateful programs) against a target."""
     loaded = []
+    failed = 0
     for name in files:
+        text = read_text(name)
+        if is_program_file(text):
+            failed += replay_program(name, text, target, target_cmd, timeout, as_json)
+            continue
         try:
-            loaded.append((name, *load_disagreement(read_text(name))))
+            loaded.append((name, *load_disagreement(text)))
         except QueryError as err:
             raise BadInput(f"{name}: {err}") from None
+    if not loaded:
+        sys.exit(1 if failed else 0)
     label = label_of(target, target_cmd)
-    failed = 0
     with opened(target, target_cmd, timeout, isolate) as runner:
         for name, q, saved in loaded:
             reply = runner(q.to_json())

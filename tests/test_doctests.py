@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NEEDS = {  # modules that import an optional engine
     "kvhit.adapters.vllm": "vllm",
+    "kvhit.adapters.vllm_manager": "vllm",
     "kvhit.adapters.sglang": "sglang",
 }
 
