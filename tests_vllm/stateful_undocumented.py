@@ -2,7 +2,7 @@
 divergences set aside.
 
 An engine whose configuration (groups and alignment) is inside a documented
-divergence's scope (:mod:`divergences`) is refused as ``unsupported``, so anything
+divergence's scope (:mod:`kvhit.adapters.vllm_divergences`) is refused as ``unsupported``, so anything
 the stateful gate reports against this target is a new finding:
 
     cd tests_vllm && kvhit gate --stateful --target stateful_undocumented:manager_outside_divergences
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from divergences import documented
-
+from kvhit.adapters.vllm_divergences import documented
 from kvhit.adapters.vllm_manager import VllmManagerEngine
 from kvhit.errors import Unsupported
 from kvhit.harness.stateful_protocol import Program
