@@ -6,23 +6,31 @@ its block pool exactly the queried blocks as cached (under the chained block has
 vLLM computes for a request of ``num_tokens`` tokens), and asks
 ``find_longest_cache_hit``. Nothing of vLLM is copied here; only its API is called.
 
-How the protocol maps onto vLLM (docs/design.md §1 against vLLM 0.34):
+It runs, unchanged, against every vLLM release from 0.14.0 to 0.34.0: what differs
+between releases is detected by :mod:`kvhit.adapters.vllm_release`, and a query a
+release cannot be asked is refused before vLLM is called.
 
-- ``alignment`` A is vLLM's ``scheduler_block_size``; the hash block size is the gcd
+How the protocol maps onto vLLM (docs/design.md §1, against vLLM 0.34):
+
+- ``alignment`` A is vLLM's ``scheduler_block_size`` (before 0.23 vLLM aligns to the
+  lcm of the block sizes, so only that A is asked); the hash block size is the gcd
   of the block sizes (vLLM's own choice for several groups), so it divides each.
 - vLLM's fine-grained "partial hash hits" (hits on hash boundaries inside a mamba
-  block) are turned off, so every hit is a multiple of A as the spec asks.
+  block, 0.30+) are turned off, so every hit is a multiple of A as the spec asks.
 - Token ids are the positions 0 … T-1: any request of T tokens whose blocks are all
   distinct would do, since the cache is keyed by chained hashes.
 - Only whole blocks of the request have hashes: a cached bit past block
   ⌊T/b⌋ - 1 cannot be marked (the spec never needs it either).
 - ``eagle`` groups get vLLM's ``is_eagle_group`` flag and the coordinator is built
-  with ``use_eagle`` when any group has it; drafter specs carry ``is_draft``.
+  with ``use_eagle`` when any group has it; drafter specs carry ``is_draft`` (where
+  the release has these fields; before 0.20 eagle is all groups or none).
 - A single group goes to vLLM's unitary coordinator, which aligns hits to the
   group's block size; vLLM only ever builds it with A = b, so other A are refused.
-- vLLM refuses some configurations outright (its own asserts and errors while
-  building the coordinator or during the lookup, e.g. chunked local attention with
-  mixed block sizes): they raise :class:`kvhit.targets.Unsupported`.
+- vLLM refuses some configurations outright (its own asserts, e.g. chunked local
+  attention with mixed block sizes): the adapter knows them from the configuration
+  (:func:`kvhit.adapters.vllm_release.refusal`) and raises
+  :class:`kvhit.errors.Unsupported` before calling vLLM. Any other assert or error
+  inside vLLM is left to surface as a ``crash``.
 
     >>> vllm_target({"groups": [{"kind": "full", "block_size": 2, "eagle": False}],
     ...              "cached": [[True, True, False]], "max_length": 5,
@@ -39,24 +47,30 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from vllm.utils.hashing import sha256
-from vllm.v1.core import kv_cache_utils
-from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
-from vllm.v1.core.kv_cache_utils import BlockHash, hash_block_tokens
-from vllm.v1.kv_cache_interface import (
-    ChunkedLocalAttentionSpec,
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-    KVCacheSpec,
-    MambaSpec,
-    SlidingWindowSpec,
-)
 
+from kvhit.adapters.vllm_release import detect, import_failure, refusal
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
 
+try:
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
+    from vllm.v1.core.kv_cache_utils import BlockHash, hash_block_tokens
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheSpec,
+        MambaSpec,
+        SlidingWindowSpec,
+    )
+except ImportError as err:
+    raise import_failure(err) from None
+
+RELEASE = detect()
 kv_cache_utils.init_none_hash(sha256)
 
 # Tiny shapes: the lookup never touches KV memory, only the specs' kinds and sizes.
@@ -66,16 +80,17 @@ MAMBA_STATE = {"shapes": ((1, 8),), "dtypes": (torch.float32,)}
 
 @dataclass(frozen=True)
 class Lookup:
-    """vLLM's three outputs of one ``find_longest_cache_hit``."""
+    """vLLM's outputs of one ``find_longest_cache_hit`` (the uncached common prefix
+    only from 0.26 on; None before)."""
 
     length: int
     blocks: list[list[int]]
-    uncached_common_prefix: int
+    uncached_common_prefix: int | None
 
 
 def group_spec(g: Group) -> KVCacheSpec:
     """vLLM's KV cache spec for one protocol group."""
-    draft = {"is_draft": g.eagle}
+    draft = {"is_draft": g.eagle} if RELEASE.draft_flag else {}
     if g.kind == "full":
         return FullAttentionSpec(block_size=g.block_size, **ATTENTION, **draft)
     if g.kind == "sliding_window":
@@ -86,7 +101,8 @@ def group_spec(g: Group) -> KVCacheSpec:
         return ChunkedLocalAttentionSpec(
             block_size=g.block_size, attention_chunk_size=g.chunk, **ATTENTION
         )
-    return MambaSpec(block_size=g.block_size, mamba_cache_mode="align", **MAMBA_STATE)
+    mode = {"mamba_cache_mode": "align"} if RELEASE.mamba_cache_mode else {}
+    return MambaSpec(block_size=g.block_size, **MAMBA_STATE, **mode)
 
 
 def hash_block_size(q: Query) -> int:
@@ -102,31 +118,42 @@ def pool_size(q: Query) -> int:
 def kv_cache_config(q: Query) -> KVCacheConfig:
     """The KV cache config: one group per protocol group, eagle groups flagged."""
     groups = [
-        KVCacheGroupSpec([f"layer.{i}"], group_spec(g), is_eagle_group=g.eagle)
+        KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g))
         for i, g in enumerate(q.groups)
     ]
     return KVCacheConfig(num_blocks=pool_size(q), kv_cache_tensors=[], kv_cache_groups=groups)
 
 
+def eagle_flag(g: Group) -> dict[str, bool]:
+    """The group's ``is_eagle_group`` keyword, where the release has it."""
+    return {"is_eagle_group": g.eagle} if RELEASE.group_eagle_flag else {}
+
+
+def coordinator_options(q: Query) -> dict[str, Any]:
+    """The keywords of ``get_kv_cache_coordinator`` this release takes, for query ``q``."""
+    options: dict[str, Any] = {
+        "max_model_len": q.num_tokens,
+        "use_eagle": any(g.eagle for g in q.groups),
+        "enable_caching": True,
+        "enable_kv_cache_events": False,
+        "dcp_world_size": 1,
+        "pcp_world_size": 1,
+        "hash_block_size": hash_block_size(q),
+        "scheduler_block_size": q.alignment,
+        "allow_partial_hash_hits": False,
+    }
+    if RELEASE.token_budget_param:
+        options[RELEASE.token_budget_param] = q.num_tokens
+    return {k: v for k, v in options.items() if k in RELEASE.coordinator_params}
+
+
 def build_coordinator(q: Query) -> KVCacheCoordinator:
-    """vLLM's coordinator for the query's groups, as the engine would build it."""
-    if len(q.groups) == 1 and q.alignment != q.groups[0].block_size:
-        raise Unsupported(
-            "vLLM aligns a single group's hits to its block size (scheduler block size = b)"
-        )
-    return get_kv_cache_coordinator(
-        kv_cache_config(q),
-        max_model_len=q.num_tokens,
-        max_in_flight_tokens=q.num_tokens,
-        use_eagle=any(g.eagle for g in q.groups),
-        enable_caching=True,
-        enable_kv_cache_events=False,
-        dcp_world_size=1,
-        pcp_world_size=1,
-        scheduler_block_size=q.alignment,
-        hash_block_size=hash_block_size(q),
-        allow_partial_hash_hits=False,
-    )
+    """vLLM's coordinator for the query's groups, as the engine would build it;
+    :class:`Unsupported` if this release cannot be asked the query."""
+    reason = refusal(q, RELEASE)
+    if reason is not None:
+        raise Unsupported(reason)
+    return get_kv_cache_coordinator(kv_cache_config(q), **coordinator_options(q))
 
 
 def request_hashes(num_tokens: int, block_size: int) -> list[BlockHash]:
@@ -155,15 +182,8 @@ def mark_cached(coordinator: KVCacheCoordinator, q: Query, hashes: list[BlockHas
 
 
 def prepare(q: Query) -> tuple[KVCacheCoordinator, list[BlockHash]]:
-    """vLLM's coordinator holding the query's cache state, and the request's hashes.
-
-    vLLM refuses some configurations while building the coordinator (its asserts
-    and errors): they raise :class:`Unsupported`.
-    """
-    try:
-        coordinator = build_coordinator(q)
-    except (AssertionError, ValueError) as err:
-        raise Unsupported(f"vLLM refuses this configuration: {err}") from err
+    """vLLM's coordinator holding the query's cache state, and the request's hashes."""
+    coordinator = build_coordinator(q)
     hashes = request_hashes(q.num_tokens, coordinator.block_pool.hash_block_size)
     mark_cached(coordinator, q, hashes)
     return coordinator, hashes
@@ -172,17 +192,13 @@ def prepare(q: Query) -> tuple[KVCacheCoordinator, list[BlockHash]]:
 def lookup(q: Query) -> Lookup:
     """Run vLLM's ``find_longest_cache_hit`` on the query's cache state.
 
-    Some refusals come from asserts in the lookup itself (chunked local attention
-    with a block size other than the alignment): they raise :class:`Unsupported`
-    too. Anything else that goes wrong is left to surface as a crash.
+    Configurations the release refuses raise :class:`Unsupported` before the call;
+    anything vLLM raises during it (its asserts included) surfaces as a crash.
     """
     coordinator, hashes = prepare(q)
-    try:
-        blocks, length, uncached = coordinator.find_longest_cache_hit(hashes, q.max_length)
-    except AssertionError as err:
-        raise Unsupported(f"vLLM refuses this configuration: {err}") from err
+    blocks, length, *uncached = coordinator.find_longest_cache_hit(hashes, q.max_length)
     reused = [[j for j, block in enumerate(group) if not block.is_null] for group in blocks]
-    return Lookup(length, reused, uncached)
+    return Lookup(length, reused, uncached[0] if uncached else None)
 
 
 def vllm_target(query: dict[str, Any]) -> dict[str, Any]:

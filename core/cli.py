@@ -21,6 +21,7 @@ LAZY_COMMANDS = {
     "fuzz": "kvhit.harness.command:fuzz",
     "gate": "kvhit.harness.command:gate",
     "replay": "kvhit.harness.command:replay",
+    "matrix": "kvhit.harness.matrix:matrix",
 }
 
 

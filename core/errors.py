@@ -2,7 +2,8 @@
 
 - :class:`BadInput`: bad usage or bad input; the command line prints one line and
   exits 2.
-- :class:`TargetError`: a target that cannot be found or loaded.
+- :class:`TargetError`: a target that cannot be found or loaded;
+  :class:`UndrivableTarget`: one that is installed but cannot be driven.
 - :class:`Unsupported`: a target refuses a configuration (counted, not a disagreement).
 
 Nothing here imports the rest of kvhit, so every module may import it.
@@ -31,6 +32,11 @@ class BadInput(click.ClickException):
 
 class TargetError(Exception):
     """A target that cannot be found or loaded."""
+
+
+class UndrivableTarget(TargetError):
+    """A target that is installed but cannot be driven (say, an engine release that
+    lacks what the target calls); its message says why."""
 
 
 class Unsupported(Exception):

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from kvhit.errors import TargetError
+from kvhit.errors import TargetError, UndrivableTarget
 from kvhit.importing import import_attr
 from kvhit.model.protocol import parse_query
 from kvhit.reference import fixed_point_answer, min_of_groups_answer
@@ -43,11 +43,11 @@ BUILTINS: dict[str, str] = {
     "seed-min": "kvhit.targets:seed_min_target",
     "impl": "kvhit.impl.target:impl_target",
     "vllm": "kvhit.adapters.vllm:vllm_target",
+    "vllm-undocumented": "kvhit.adapters.vllm_divergences:vllm_outside_divergences",
 }
 
-INSTALL_HINTS = {
-    "vllm": "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)",
-}
+VLLM_HINT = "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)"
+INSTALL_HINTS = {"vllm": VLLM_HINT, "vllm-undocumented": VLLM_HINT}
 
 
 def load_callable(spec: str) -> Target:
@@ -70,6 +70,8 @@ def get(name: str) -> Target:
         raise TargetError(f"unknown target {name!r}; built-in targets: {', '.join(BUILTINS)}")
     try:
         return load_callable(BUILTINS[name])
+    except UndrivableTarget:
+        raise
     except TargetError as err:
         hint = INSTALL_HINTS.get(name)
         raise TargetError(f"{err}; {hint}" if hint else str(err)) from None

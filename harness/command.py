@@ -32,6 +32,8 @@ from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
 from kvhit.harness.random_cases import CHOICES, Choice, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
 from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
+from kvhit.harness.stateful_command import refuse, replay_program, run_stateful, stateful_options
+from kvhit.harness.stateful_protocol import is_program_file
 from kvhit.inputs import read_queries, read_text
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
@@ -340,8 +342,16 @@ def scope_phases(
     help="Instead of random queries, every cache state of the groups and limits of the "
     "queries in FILE (their rows are ignored).",
 )
+@stateful_options
 @harness_command
-def fuzz(options: RunSettings, max_blocks: int, kinds: str | None, scope_file: str | None) -> None:
+def fuzz(
+    options: RunSettings,
+    max_blocks: int,
+    kinds: str | None,
+    scope_file: str | None,
+    stateful: bool,
+    steps: int,
+) -> None:
     """Check random queries against the reference until --seconds pass or --cases are done
     (or, with --every-state, every cache state of the given groups).
 
@@ -351,6 +361,12 @@ def fuzz(options: RunSettings, max_blocks: int, kinds: str | None, scope_file: s
     seconds, cases = options.seconds, options.cases
     if seconds is None and cases is None and scope_file is None:
         seconds = FUZZ_SECONDS
+    if stateful:
+        o = options
+        refuse(isolate=o.isolate, ray=o.ray_address, every_state=scope_file)
+        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps, "kinds": picked}
+        plan |= {"max_tokens": 2 * max_blocks, "stop_at_first": False}
+        run_stateful(o.target, o.target_cmd, o.timeout, plan, seconds, cases, o.as_json)
     phases: Callable[[], list[Phase]]
     total: int | None
     if scope_file is not None:
@@ -369,13 +385,22 @@ def fuzz(options: RunSettings, max_blocks: int, kinds: str | None, scope_file: s
 @run_options
 @click.option("--junit", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")
 @click.option("--keep-going", is_flag=True, help="Do not stop at the first disagreement.")
+@stateful_options
 @harness_command
-def gate(options: RunSettings, junit: str | None, keep_going: bool) -> None:
+def gate(
+    options: RunSettings, junit: str | None, keep_going: bool, stateful: bool, steps: int
+) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
     for --seconds (default 20). Stops at the first disagreement unless --keep-going."""
-    budget = DEFAULT_SECONDS if options.seconds is None else options.seconds
-    phases = functools.partial(gate_phases, budget, options.seed, cases=options.cases)
-    tally, took, console = options.run(options.campaign(phases, stop_at_first=not keep_going))
+    o = options
+    budget = DEFAULT_SECONDS if o.seconds is None else o.seconds
+    if stateful:
+        refuse(isolate=o.isolate, ray=o.ray_address)
+        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps}
+        plan["stop_at_first"] = not keep_going
+        run_stateful(o.target, o.target_cmd, o.timeout, plan, budget, o.cases, o.as_json, junit)
+    phases = functools.partial(gate_phases, budget, o.seed, cases=o.cases)
+    tally, took, console = o.run(o.campaign(phases, stop_at_first=not keep_going))
     if junit:
         Path(junit).write_text(junit_xml(tally.target, tally.cases, took, tally.found))
     options.finish(tally, took, console)
@@ -394,15 +419,21 @@ def replay(
     isolate: bool,
     as_json: bool,
 ) -> None:
-    """Rerun saved disagreements (or plain queries) against a target."""
+    """Rerun saved disagreements (or plain queries, or stateful programs) against a target."""
     loaded = []
+    failed = 0
     for name in files:
+        text = read_text(name)
+        if is_program_file(text):
+            failed += replay_program(name, text, target, target_cmd, timeout, as_json)
+            continue
         try:
-            loaded.append((name, *load_disagreement(read_text(name))))
+            loaded.append((name, *load_disagreement(text)))
         except QueryError as err:
             raise BadInput(f"{name}: {err}") from None
+    if not loaded:
+        sys.exit(1 if failed else 0)
     label = label_of(target, target_cmd)
-    failed = 0
     with opened(target, target_cmd, timeout, isolate) as runner:
         for name, q, saved in loaded:
             reply = runner(q.to_json())

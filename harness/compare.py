@@ -11,7 +11,8 @@ Classes of disagreement, worst first:
     bad_return    not an int or a {"length", "blocks"} dict, or a length that is no
                   candidate (negative, past M, not a multiple of A)
 
-``unsupported`` (the target refused the configuration) is counted, never a disagreement.
+``unsupported`` (the target refused the configuration) is counted, never a disagreement;
+nor is ``rejected`` (a stateful engine whose pool cannot hold a request now).
 
     >>> from kvhit.model.protocol import parse_query
     >>> from kvhit.model.spec import longest_hit
@@ -47,9 +48,10 @@ class ReplyClass(StrEnum):
     TIMEOUT = "timeout"
     BAD_RETURN = "bad_return"
     UNSUPPORTED = "unsupported"
+    REJECTED = "rejected"
 
 
-NOT_DISAGREEMENTS = (ReplyClass.OK, ReplyClass.UNSUPPORTED)
+NOT_DISAGREEMENTS = (ReplyClass.OK, ReplyClass.UNSUPPORTED, ReplyClass.REJECTED)
 CLASSES = tuple(c for c in ReplyClass if c not in NOT_DISAGREEMENTS)
 """The disagreement classes, worst first."""
 

@@ -23,9 +23,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from xml.etree import ElementTree
 
 from kvhit.draw import draw, judge
@@ -34,6 +35,19 @@ from kvhit.model.protocol import decode_json, parse_query
 from kvhit.model.spec import Query, longest_hit
 
 FORMAT = "kvhit-disagreement/1"
+
+
+class Record(Protocol):
+    """What is saved and put in JUnit: a :class:`Disagreement`, or a stateful one
+    (:class:`kvhit.harness.stateful.ProgramDisagreement`)."""
+
+    @property
+    def cls(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    def name(self) -> str: ...
+    def to_json(self) -> dict[str, Any]: ...
+    def render(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,7 @@ class Disagreement:
         return "\n".join([draw(self.query, marked), line, f"reference answer L* = {best.length}"])
 
 
-def save(d: Disagreement, out_dir: Path) -> Path:
+def save(d: Record, out_dir: Path) -> Path:
     """Write ``d`` into ``out_dir`` atomically; the path written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / d.name()
@@ -108,7 +122,7 @@ def load_disagreement(text: str) -> tuple[Query, str | None]:
     return parse_query(obj), None
 
 
-def junit_xml(target: str, cases: int, seconds: float, found: list[Disagreement]) -> str:
+def junit_xml(target: str, cases: int, seconds: float, found: Sequence[Record]) -> str:
     """A JUnit report: one test case per disagreement, or one passing case."""
     suite = ElementTree.Element(
         "testsuite",

@@ -1,8 +1,10 @@
-"""An engine: the coordinator and the tiny model serving requests one after another.
+"""An engine: the coordinator and the tiny model serving requests.
 
-:meth:`Engine.serve` does what a serving engine does for a prompt: look up the cache,
-allocate, prefill from the hit reading the past through the paged cache, cache the
-new full blocks, drop the blocks that left a window or chunk, and free the request.
+:meth:`Engine.admit` does what a serving engine does for a new prompt: look up the
+cache, allocate, prefill from the hit reading the past through the paged cache, cache
+the new full blocks and drop the blocks that left a window or chunk; the request
+keeps its other blocks until :meth:`Engine.finish`. :meth:`Engine.serve` is both, one
+request after another.
 
     >>> from kvhit.model.spec import Group
     >>> engine = Engine([Group("full", 2), Group("sliding_window", 2, window=3)], num_blocks=12)
@@ -21,8 +23,8 @@ from typing import Any
 
 import torch
 
-from kvhit.impl.coordinator import CacheHit, Coordinator
-from kvhit.impl.pool import NULL_BLOCK
+from kvhit.impl.coordinator import CacheHit, Coordinator, Request
+from kvhit.impl.pool import NULL_BLOCK, BlockPool, PoolExhausted
 from kvhit.impl.tiny_model import PagedStore, Prefill, TinyHybrid
 from kvhit.model.spec import Group
 
@@ -35,6 +37,8 @@ class Served:
     snapshot: dict[str, Any]
     hit: CacheHit
     prefill: Prefill
+    tables: list[list[int]]
+    """The request's block tables as the prefill used them (before the drops)."""
 
 
 class Engine:
@@ -52,18 +56,34 @@ class Engine:
         self.model = TinyHybrid(groups, seed, dim)
         self.store = PagedStore(groups, num_blocks, dim)
 
-    def serve(self, tokens: Sequence[int]) -> Served:
-        """Serve a prompt from its longest cache hit (at most T - 1 tokens)."""
+    def admit(self, tokens: Sequence[int]) -> tuple[Request, Served] | None:
+        """Admit a prompt and prefill it from its longest cache hit (at most T - 1
+        tokens); None, with nothing changed, when the pool has too few free blocks."""
         request = self.coord.request(tokens)
         snapshot = self.coord.snapshot(request)
         hit = self.coord.find_longest_cache_hit(request, request.num_tokens - 1)
+        if fresh_blocks(self.coord, request, hit) > free_blocks(self.coord.pool, hit):
+            return None
         self.coord.allocate(request, hit)
+        tables = [list(table) for table in request.tables]
         result = self.model.prefill(request.tokens, hit.length, request.tables, self.store)
         self.store.write(request.tables, result)
         self.coord.cache_full_blocks(request)
         self.coord.drop_skipped(request)
+        return request, Served(snapshot, hit, result, tables)
+
+    def finish(self, request: Request) -> None:
+        """The request is done: free its blocks (they stay cached until evicted)."""
         self.coord.free(request)
-        return Served(snapshot, hit, result)
+
+    def serve(self, tokens: Sequence[int]) -> Served:
+        """Admit a prompt, then finish it; :class:`PoolExhausted` if it does not fit."""
+        admitted = self.admit(tokens)
+        if admitted is None:
+            raise PoolExhausted("the pool cannot hold this request")
+        request, served = admitted
+        self.finish(request)
+        return served
 
     def serve_from(self, tokens: Sequence[int], length: int) -> Prefill:
         """Prefill from ``length`` whatever the cache holds, without changing it: every
@@ -79,3 +99,17 @@ class Engine:
     def scratch(self, tokens: Sequence[int]) -> torch.Tensor:
         """The logits of every token computed from scratch, reading no cache."""
         return self.model.prefill(list(tokens), 0, [], self.store).logits
+
+
+def fresh_blocks(coord: Coordinator, request: Request, hit: CacheHit) -> int:
+    """How many new blocks the request needs after its hit, over every group."""
+    return sum(
+        -(-request.num_tokens // g.block_size) - first - len(blocks)
+        for g, first, blocks in zip(coord.groups, hit.first, hit.blocks)
+    )
+
+
+def free_blocks(pool: BlockPool, hit: CacheHit) -> int:
+    """The free blocks left once the hit's blocks are taken out of the free queue."""
+    reused = {b for blocks in hit.blocks for b in blocks if b != NULL_BLOCK}
+    return len(pool.free_queue) - sum(1 for b in reused if pool.ref_cnt[b] == 0)

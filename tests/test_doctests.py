@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NEEDS = {"kvhit.adapters.vllm": "vllm"}  # modules that import an optional engine
+# modules that import an optional engine
+NEEDS = {"kvhit.adapters.vllm": "vllm", "kvhit.adapters.vllm_manager": "vllm"}
 
 
 def module_names() -> list[str]:

@@ -11,7 +11,8 @@ import random
 from collections.abc import Iterator
 from itertools import islice
 
-from kvhit.adapters.vllm import Lookup, lookup
+from kvhit.adapters.vllm import RELEASE, Lookup, lookup
+from kvhit.adapters.vllm_release import refusal
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.protocol import parse_query
@@ -69,11 +70,9 @@ def disagreement(q: Query, found: Lookup) -> str | None:
 
 
 def refused(q: Query) -> bool:
-    """The configurations vLLM refuses: chunked local attention with a block size other
-    than the alignment (vLLM's assert), and one group aligned to more than its block size
-    (a coordinator vLLM never builds)."""
-    chunk_off = any(g.kind == "chunked_local" and g.block_size != q.alignment for g in q.groups)
-    return chunk_off or (len(q.groups) == 1 and q.alignment != q.groups[0].block_size)
+    """Whether the installed release refuses the configuration (the adapter's own list:
+    vLLM's asserts, and coordinators vLLM never builds)."""
+    return refusal(q, RELEASE) is not None
 
 
 def try_lookup(q: Query) -> Lookup | None:

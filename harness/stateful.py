@@ -1,0 +1,258 @@
+"""Running a program on a stateful target and checking every lookup two ways.
+
+Before each ``admit`` the engine is asked for its own snapshot of the request (which
+of its blocks it finds cached). The admit's hit is then checked:
+
+1. against the content ledger (:mod:`kvhit.harness.ledger`): every block the hit
+   reads must be in the request's table and hold exactly this request's tokens
+   through that block. A block that holds anything else is ``unsafe``, reason
+   *stale block*: the engine's index says it holds tokens it no longer holds;
+2. against the engine's own snapshot, exactly as the stateless gate judges a
+   lookup (L* of that snapshot, the same classes: ``unsafe``, ``lost_reuse``,
+   ``wrong_blocks``; the listed blocks are the table entries taken from the cache);
+3. when the engine reports ``outputs_match: false`` (its served output differs from
+   a computation from scratch): ``unsafe``.
+
+A failure that is not an answer (``crash``, ``timeout``, ``bad_return``) is its own
+class, as for stateless targets; ``rejected`` (the pool cannot hold the request) and
+``unsupported`` (the engine refuses the configuration) are counted, not disagreements.
+
+    >>> from kvhit.harness.stateful_protocol import open_stateful
+    >>> program = Program.from_json({"groups": [{"kind": "full", "block_size": 2}],
+    ...     "num_blocks": 8, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
+    ...                              {"op": "admit", "request": 1, "tokens": [1, 2, 4]}]})
+    >>> steps = run_program(open_stateful("impl"), program)
+    >>> [(str(s.outcome.cls), s.outcome.length) for s in steps]
+    [('ok', 0), ('ok', 2)]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvhit.draw import draw
+from kvhit.harness.compare import (
+    BadReturn,
+    Outcome,
+    ReplyClass,
+    decode_answer,
+    json_safe,
+    judge_reply,
+)
+from kvhit.harness.ledger import Ledger, tokens_text
+from kvhit.harness.runner import Reply, Runner
+from kvhit.harness.stateful_protocol import (
+    FORMAT,
+    Admit,
+    Admitted,
+    Finish,
+    Op,
+    Program,
+    decode_admitted,
+    decode_snapshot,
+)
+from kvhit.model.spec import Query, longest_hit
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation run: its outcome, and for an admit the snapshot it was judged
+    on and the engine's answer."""
+
+    op: Op | None  # None: the engine's creation
+    outcome: Outcome
+    snapshot: Query | None = None
+    answer: Any = None
+
+
+def failed(reply: Reply, what: str) -> Outcome:
+    """The outcome of a call that gave no answer."""
+    return Outcome(ReplyClass(reply.status), reason=f"{what}: {reply.detail}")
+
+
+@dataclass
+class ProgramRun:
+    """A program being run on one engine: the ledger and the running requests."""
+
+    runner: Runner
+    program: Program
+    ledger: Ledger = field(default_factory=Ledger)
+    running: set[int] = field(default_factory=set)
+    steps: list[Step] = field(default_factory=list)
+
+    def start(self) -> Outcome:
+        """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...)."""
+        reply = self.runner({"op": "create", **self.program.config()})
+        return Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "create")
+
+    def run(self, op: Op) -> Step:
+        """Run one operation and judge it."""
+        step = self.admit(op) if isinstance(op, Admit) else self.finish(op)
+        self.steps.append(step)
+        return step
+
+    def finish(self, op: Finish) -> Step:
+        """Finish a running request (a request that is not running is skipped)."""
+        if op.request not in self.running:
+            return Step(op, Outcome(ReplyClass.OK))
+        self.running.discard(op.request)
+        reply = self.runner(op.to_json())
+        return Step(
+            op, Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "finish")
+        )
+
+    def snapshot(self, op: Admit) -> Query | Outcome:
+        """The engine's own view of the request's blocks, as a protocol query."""
+        reply = self.runner({"op": "snapshot", "tokens": list(op.tokens)})
+        if reply.status != "answer":
+            return failed(reply, "snapshot")
+        groups = self.program.groups
+        try:
+            rows = decode_snapshot(reply.value, len(groups))
+        except BadReturn as err:
+            return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
+        t = len(op.tokens)
+        return Query(groups, rows, t - 1, t, self.program.alignment)
+
+    def admit(self, op: Admit) -> Step:
+        """Snapshot, admit, and judge the hit against the ledger and the snapshot."""
+        q = self.snapshot(op)
+        if isinstance(q, Outcome):
+            return Step(op, q)
+        reply = self.runner(op.to_json())
+        if reply.status != "answer":
+            return Step(op, failed(reply, "admit"), q)
+        answer = json_safe(reply.value)
+        try:
+            admitted = decode_admitted(reply.value, len(q.groups))
+            if admitted is not None:
+                decode_answer(q, self.listed(admitted))
+        except BadReturn as err:
+            return Step(op, Outcome(ReplyClass.BAD_RETURN, reason=str(err)), q, answer)
+        if admitted is None:
+            return Step(
+                op, Outcome(ReplyClass.REJECTED, reason=str(reply.value["rejected"])), q, answer
+            )
+        self.running.add(op.request)
+        outcome = self.judge(q, op, admitted)
+        self.ledger.record(q.groups, op.tokens, admitted, op.request, len(self.steps) + 1)
+        return Step(op, outcome, q, answer)
+
+    @staticmethod
+    def listed(admitted: Admitted) -> dict[str, Any]:
+        """The admit as a stateless answer: the length and the reused block indices."""
+        return {"length": admitted.length, "blocks": admitted.reused_indices()}
+
+    def judge(self, q: Query, op: Admit, admitted: Admitted) -> Outcome:
+        """Ledger first (a stale block is the worst finding), then the snapshot."""
+        stale = self.ledger.problem(q.groups, op.tokens, admitted)
+        if stale:
+            return Outcome(ReplyClass.UNSAFE, admitted.length, stale)
+        outcome = judge_reply(q, Reply("answer", self.listed(admitted)), longest_hit(q))
+        if outcome.disagrees or admitted.outputs_match is not False:
+            return outcome
+        return Outcome(ReplyClass.UNSAFE, admitted.length, "served outputs differ from scratch")
+
+
+def run_program(runner: Runner, program: Program) -> list[Step]:
+    """Run every operation of ``program`` on a fresh engine, stopping after the first
+    disagreement (a failed creation is one step of no op)."""
+    run = ProgramRun(runner, program)
+    started = run.start()
+    if started.cls != "ok":
+        return [Step(None, started)]
+    for op in program.ops:
+        if run.run(op).outcome.disagrees:
+            break
+    return run.steps
+
+
+def op_line(number: int, step: Step) -> str:
+    """One operation as a line of the drawn program."""
+    op = step.op
+    if op is None:
+        text = "create"
+    elif isinstance(op, Finish):
+        text = f"finish r{op.request}"
+    else:
+        text = f"admit r{op.request} {tokens_text(op.tokens)}"
+        if step.outcome.cls == "rejected":
+            text += "  rejected"
+        elif step.outcome.length is not None:
+            text += f"  hit {step.outcome.length}"
+    mark = f"   <- {step.outcome.cls}" if step.outcome.disagrees else ""
+    return f"{number:>3}. {text}{mark}"
+
+
+@dataclass(frozen=True)
+class ProgramDisagreement:
+    """A (shrunk) program after which the engine's last operation disagrees."""
+
+    target: str
+    program: Program
+    steps: tuple[Step, ...]
+
+    @property
+    def last(self) -> Step:
+        """The step that disagreed."""
+        return self.steps[-1]
+
+    @property
+    def cls(self) -> str:
+        """The class of the disagreement."""
+        return self.last.outcome.cls
+
+    @property
+    def reason(self) -> str:
+        """Why it is a disagreement, for people."""
+        return self.last.outcome.reason
+
+    def to_json(self) -> dict[str, Any]:
+        """The replayable record (also an entry of ``gate --stateful --json``)."""
+        q = self.last.snapshot
+        return {
+            "format": FORMAT,
+            "target": self.target,
+            "class": self.cls,
+            "reason": self.reason,
+            "program": self.program.to_json(),
+            "failing_op": len(self.steps),
+            "snapshot": q.to_json() if q is not None else None,
+            "target_answer": self.last.answer,
+            "reference": longest_hit(q).to_json() if q is not None else None,
+        }
+
+    def name(self) -> str:
+        """A file name that is the same for the same target, class and program."""
+        key = json.dumps([self.target, self.cls, self.program.to_json()], sort_keys=True)
+        return f"stateful-{self.cls}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
+
+    def render(self) -> str:
+        """The engine, the operations (the failing one marked), then the failing
+        lookup drawn as the stateless gate draws it."""
+        p = self.program
+        lines = [f"engine: {p.num_blocks} blocks, A={p.alignment}"]
+        lines += [f"group {i}  {g.describe()}" for i, g in enumerate(p.groups)]
+        lines += [op_line(n, s) for n, s in enumerate(self.steps, 1)]
+        lines.append(f"{self.cls}: {self.reason}")
+        q = self.last.snapshot
+        if q is not None:
+            answer = self.last.answer
+            marked = None
+            if self.cls in ("unsafe", "lost_reuse", "wrong_blocks") and isinstance(answer, dict):
+                admitted = decode_admitted(answer, len(q.groups))
+                marked = admitted.reused_indices() if admitted else None
+            lines.append("the engine's own snapshot at that lookup (@ = reused):")
+            lines.append(draw(q, marked))
+            lines.append(f"reference answer on that snapshot L* = {longest_hit(q).length}")
+        return "\n".join(lines)
+
+
+def disagreement_of(target: str, program: Program, steps: list[Step]) -> ProgramDisagreement:
+    """The disagreement of a run whose last step disagreed; the program is cut after it."""
+    ops = tuple(s.op for s in steps if s.op is not None)
+    cut = Program(program.groups, program.num_blocks, program.alignment, ops)
+    return ProgramDisagreement(target, cut, tuple(steps))

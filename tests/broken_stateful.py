@@ -1,0 +1,65 @@
+"""Stateful engines made from the impl, each with one bug engines have shipped.
+
+Each is a factory for ``kvhit gate --stateful --target tests.broken_stateful:NAME``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvhit.impl.coordinator import CacheHit, Request
+from kvhit.impl.stateful_target import StatefulImpl
+from kvhit.model.spec import reused_range
+
+
+def forgetful_pool(config: dict[str, Any]) -> StatefulImpl:
+    """The pool forgets to drop a block's hash when it reallocates the block: the
+    old hash still finds the block after a new request has overwritten it."""
+    engine = StatefulImpl(config)
+    pool = engine.engine.coord.pool
+    pool.uncache = lambda block: None  # type: ignore[method-assign]
+    return engine
+
+
+def window_drop_keeps_hash(config: dict[str, Any]) -> StatefulImpl:
+    """Blocks freed when they leave a window (or chunk) go back to the pool as plain
+    free blocks, but their hash stays in the index: still findable after reuse."""
+    engine = StatefulImpl(config)
+    coord = engine.engine.coord
+    drop = coord.drop_skipped
+
+    def drop_forgetting(request: Request) -> None:
+        before = [list(table) for table in request.tables]
+        drop(request)
+        for old, new in zip(before, request.tables):
+            for block, kept in zip(old, new):
+                if block != kept and coord.pool.ref_cnt[block] == 0:
+                    coord.pool.key[block] = None  # the index entry is left behind
+
+    coord.drop_skipped = drop_forgetting  # type: ignore[method-assign]
+    return engine
+
+
+def first_full_truncated(config: dict[str, Any]) -> StatefulImpl:
+    """Of several full-attention groups, only the first is truncated to the common
+    hit; the others keep every block of their own prefix hit."""
+    engine = StatefulImpl(config)
+    coord = engine.engine.coord
+    lookup = coord.find_longest_cache_hit
+
+    def lookup_truncating_first(request: Request, max_length: int) -> CacheHit:
+        hit = lookup(request, max_length)
+        fulls = [i for i, g in enumerate(coord.groups) if g.kind == "full"]
+        reused = list(hit.reused)
+        for i in fulls[1:]:
+            ids = coord.cached_ids(request)[i].tolist()
+            top = coord.plan_for(request.num_tokens, max_length).lengths[-1].item()
+            own = 0
+            while own < top // coord.groups[i].block_size and ids[own] >= 0:
+                own += 1
+            reused[i] = ids[:own] if hit.length else []
+        first = tuple(reused_range(g, hit.length)[0] if hit.length else 0 for g in coord.groups)
+        return CacheHit(hit.length, first, reused)
+
+    coord.find_longest_cache_hit = lookup_truncating_first  # type: ignore[method-assign]
+    return engine

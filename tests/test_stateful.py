@@ -1,0 +1,263 @@
+"""The stateful gate: programs of requests, the content ledger, shrinking and replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_harness_cli import HERE, kvhit
+
+from kvhit.harness.ledger import Ledger
+from kvhit.harness.runner import CallableRunner, Reply, Runner
+from kvhit.harness.stateful import run_program
+from kvhit.harness.stateful_machine import Campaign
+from kvhit.harness.stateful_protocol import (
+    Admit,
+    Admitted,
+    EngineHost,
+    Finish,
+    Program,
+    load_program_file,
+    open_stateful,
+)
+from kvhit.impl.stateful_target import StatefulImpl
+from kvhit.model.protocol import QueryError
+from kvhit.model.spec import Group
+
+BROKEN = "broken_stateful"
+FULL2 = {"groups": [{"kind": "full", "block_size": 2}], "num_blocks": 8}
+
+
+@pytest.fixture(autouse=True)
+def broken_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+
+
+def program(*ops: dict[str, Any], config: dict[str, Any] = FULL2) -> Program:
+    return Program.from_json({**config, "ops": list(ops)})
+
+
+def admit(request: int, *tokens: int) -> dict[str, Any]:
+    return {"op": "admit", "request": request, "tokens": list(tokens)}
+
+
+def host(factory: Any) -> Runner:
+    return CallableRunner(EngineHost(factory), 10.0)
+
+
+# --- the ledger --------------------------------------------------------------------
+
+
+def test_ledger_follows_a_block_into_its_next_request() -> None:
+    groups = (Group("full", 2),)
+    ledger = Ledger()
+    ledger.record(groups, (1, 2, 3, 4), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
+    assert ledger.problem(groups, (1, 2, 3, 4, 9), Admitted(4, ((5, 6),), ((5, 6, 7),))) == ""
+    # block 6 is reallocated to a request that computes other tokens there
+    ledger.record(groups, (1, 2, 8, 8), Admitted(2, ((5,),), ((5, 6),)), request=1, op=2)
+    stale = ledger.problem(groups, (1, 2, 3, 4, 9), Admitted(4, ((5, 6),), ((5, 6, 7),)))
+    assert stale.startswith("stale block: group 0 block 1 is physical block 6")
+    assert "[1 2 8 8] (written by r1 at op 2)" in stale
+
+
+def test_ledger_wants_a_block_wherever_the_hit_reads() -> None:
+    groups = (Group("sliding_window", 2, window=3),)
+    stale = Ledger().problem(groups, (1, 2, 3, 4, 5), Admitted(4, ((),), ((None, None, 7),)))
+    assert stale == "stale block: group 0 reads block 1 at L=4, but its table holds no block there"
+
+
+# --- running programs ----------------------------------------------------------------
+
+
+def test_the_impl_reuses_a_shared_prefix_and_stays_grounded() -> None:
+    steps = run_program(
+        open_stateful("impl"),
+        program(admit(0, 1, 2, 3, 4, 5), {"op": "finish", "request": 0}, admit(1, 1, 2, 3, 4, 6)),
+    )
+    assert [s.outcome.cls for s in steps] == ["ok", "ok", "ok"]
+    assert steps[2].outcome.length == 4
+    assert steps[2].answer["outputs_match"] is True
+    first, last = steps[0].answer["tables"][0], steps[2].answer["tables"][0]
+    assert last[:2] == first[:2] and steps[2].answer["reused"] == [first[:2]]
+
+
+def test_a_full_pool_rejects_and_changes_nothing() -> None:
+    tiny = {**FULL2, "num_blocks": 3}
+    steps = run_program(
+        open_stateful("impl"), program(admit(0, 1, 2, 3), admit(1, 4, 5, 6), config=tiny)
+    )
+    assert [s.outcome.cls for s in steps] == ["ok", "rejected"]
+
+
+class Liar(StatefulImpl):
+    """Claims a hit of one block on every admit after the first."""
+
+    def admit(self, request: int, tokens: Any) -> dict[str, Any]:
+        answer = super().admit(request, tokens)
+        if request and "tables" in answer and not answer["length"]:
+            answer["length"], answer["reused"] = 2, [answer["tables"][0][:1]]
+        return answer
+
+
+def test_a_claimed_block_holding_other_tokens_is_unsafe() -> None:
+    steps = run_program(host(Liar), program(admit(0, 1, 2, 3), admit(1, 7, 7, 7)))
+    assert steps[-1].outcome.cls == "unsafe"
+    assert "stale block" in steps[-1].outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ({"length": 0}, "admit must answer"),
+        ({"length": 0, "reused": [[]], "tables": [[1], [2]]}, "one list per group"),
+        ({"length": 0, "reused": [[3]], "tables": [[1, 2]]}, "not in its table"),
+        ({"length": 0, "reused": [[]], "tables": [["x"]]}, "not a block id"),
+    ],
+)
+def test_an_answer_off_the_protocol_is_a_bad_return(answer: dict[str, Any], reason: str) -> None:
+    def engine(message: dict[str, Any]) -> Any:
+        return {"cached": [[]]} if message["op"] == "snapshot" else answer
+
+    steps = run_program(CallableRunner(engine, 10.0), program(admit(0, 1, 2, 3)))
+    assert steps[-1].outcome.cls == "bad_return" and reason in steps[-1].outcome.reason
+
+
+def test_an_engine_that_raises_is_a_crash() -> None:
+    def engine(message: dict[str, Any]) -> Any:
+        if message["op"] == "admit":
+            raise RuntimeError("boom")
+        return {"cached": [[]]}
+
+    steps = run_program(CallableRunner(engine, 10.0), program(admit(0, 1, 2, 3)))
+    assert steps[-1].outcome.cls == "crash" and "boom" in steps[-1].outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"num_blocks": 1}, "num_blocks"),
+        ({"groups": []}, "groups"),
+        ({"alignment": 3}, "alignment"),
+        ({"ops": [{"op": "admit", "request": 0, "tokens": []}]}, "ops[0].tokens"),
+        ({"ops": [{"op": "jump", "request": 0}]}, "ops[0]"),
+    ],
+)
+def test_a_bad_program_names_its_field(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(QueryError) as err:
+        Program.from_json({**FULL2, **change})
+    assert err.value.args[0] == field or field in str(err.value)
+
+
+# --- campaigns: broken engines caught and shrunk ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("factory", "cls"),
+    [
+        ("forgetful_pool", "unsafe"),
+        ("window_drop_keeps_hash", "unsafe"),
+        ("first_full_truncated", "wrong_blocks"),
+    ],
+)
+def test_each_broken_engine_is_caught_with_a_short_replayable_program(
+    factory: str, cls: str, tmp_path: Path
+) -> None:
+    target = f"{BROKEN}:{factory}"
+    campaign = Campaign(open_stateful(target), target, tmp_path, shrink_seconds=20)
+    campaign.run(programs=400)
+    (found,) = campaign.found
+    assert found.cls == cls
+    assert len(found.program.ops) <= 12
+    (path,) = campaign.saved
+    saved, record = load_program_file(path.read_text())
+    assert record["class"] == cls and saved == found.program
+    assert run_program(open_stateful(target), saved)[-1].outcome.cls == cls
+    assert run_program(open_stateful("impl"), saved)[-1].outcome.cls in ("ok", "rejected")
+
+
+def test_the_impl_passes_a_campaign() -> None:
+    campaign = Campaign(open_stateful("impl"), "impl", steps=25).run(programs=150)
+    assert not campaign.found
+    assert campaign.counts["ok"] > 800 and campaign.ops > 1500
+
+
+class Recorder:
+    """A runner that keeps every message it passes on."""
+
+    def __init__(self, runner: Runner):
+        self.runner, self.messages = runner, []
+
+    def __call__(self, message: dict[str, Any]) -> Reply:
+        self.messages.append(json.dumps(message))
+        return self.runner(message)
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def test_same_seed_same_programs() -> None:
+    def messages(seed: int) -> list[str]:
+        recorder = Recorder(open_stateful("impl"))
+        Campaign(recorder, "impl", steps=8, seed=seed).run(programs=10)
+        return recorder.messages
+
+    assert messages(3) == messages(3) != messages(4)
+
+
+# --- the command line ----------------------------------------------------------------
+
+
+def test_gate_stateful_on_the_impl_passes(tmp_path: Path) -> None:
+    code, report, _ = kvhit(
+        "gate", "--stateful", "--target", "impl", "--cases", "30", "--json", cwd=tmp_path
+    )
+    assert code == 0 and report is not None
+    assert report["programs"] == 30 and report["disagreements"] == []
+    assert set(report["counts"]) <= {"ok", "rejected"} and report["counts"]["ok"] > 100
+
+
+def test_gate_stateful_catches_saves_and_replays(tmp_path: Path) -> None:
+    target = f"{BROKEN}:first_full_truncated"
+    junit = tmp_path / "gate.xml"
+    code, report, _ = kvhit(
+        "gate", "--stateful", "--target", target, "--json", "--junit", str(junit), cwd=tmp_path
+    )
+    assert code == 1 and report is not None
+    (found,) = report["disagreements"]
+    assert found["class"] == "wrong_blocks" and found["program"]["ops"]
+    assert "<failure" in junit.read_text()
+    (file,) = report["files"]
+    code, _, _ = kvhit("replay", file, "--target", target, cwd=tmp_path)
+    assert code == 1
+    code, again, _ = kvhit("replay", file, "--target", "impl", "--json", cwd=tmp_path)
+    assert code == 0 and again is not None and again["saved_class"] == "wrong_blocks"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("gate", "--stateful", "--target", "no_such_module:factory"),
+        ("gate", "--stateful", "--target", "impl", "--ray", "local"),
+        ("fuzz", "--stateful", "--target", "impl", "--isolate"),
+    ],
+)
+def test_stateful_bad_usage_exits_2(args: tuple[str, ...], tmp_path: Path) -> None:
+    code, _, err = kvhit(*args, cwd=tmp_path)
+    assert code == 2 and err.strip()
+
+
+def test_fuzz_stateful_takes_kinds(tmp_path: Path) -> None:
+    code, report, _ = kvhit(
+        "fuzz", "--stateful", "--target", "impl", "--kinds", "mamba", "--cases", "10",
+        "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert code == 0 and report is not None and report["programs"] == 10
+
+
+def test_finish_of_an_unknown_request_is_skipped() -> None:
+    steps = run_program(open_stateful("impl"), program({"op": "finish", "request": 4}))
+    assert [s.outcome.cls for s in steps] == ["ok"]
+    assert isinstance(program(admit(0, 1)).ops[0], Admit)
+    assert program({"op": "finish", "request": 1}).ops == (Finish(1),)

@@ -1,0 +1,90 @@
+"""The stateful gate against vLLM's own KVCacheManager (kvhit.adapters.vllm_manager)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stateful_undocumented import manager_outside_divergences
+
+from kvhit.harness.runner import CallableRunner
+from kvhit.harness.stateful import run_program
+from kvhit.harness.stateful_machine import Campaign
+from kvhit.harness.stateful_protocol import EngineHost, Program, load_program_file, open_stateful
+
+PROGRAMS = 150
+
+
+def admit(request: int, *tokens: int) -> dict[str, Any]:
+    return {"op": "admit", "request": request, "tokens": list(tokens)}
+
+
+def finish(request: int) -> dict[str, Any]:
+    return {"op": "finish", "request": request}
+
+
+def program(groups: list[dict[str, Any]], num_blocks: int, *ops: dict[str, Any]) -> Program:
+    return Program.from_json({"groups": groups, "num_blocks": num_blocks, "ops": list(ops)})
+
+
+def test_vllm_reuses_a_prefix_then_evicts_it_for_a_new_request() -> None:
+    full = [{"kind": "full", "block_size": 2}]
+    steps = run_program(
+        open_stateful("vllm"),
+        program(full, 3, admit(0, 1, 2, 3, 4, 5), finish(0), admit(1, 1, 2, 3, 4, 6), finish(1),
+                admit(2, 7, 7, 7, 7, 7), finish(2), admit(3, 1, 2, 3, 4, 5)),
+    )  # fmt: skip
+    assert [str(s.outcome.cls) for s in steps] == ["ok"] * 7
+    assert [s.outcome.length for s in steps[::2]] == [0, 4, 0, 0]
+    # the third request took the cached blocks: the fourth finds nothing of its prefix
+    assert steps[6].snapshot is not None and steps[6].snapshot.cached == ((False, False),)
+
+
+def test_vllm_refuses_a_single_group_aligned_past_its_block() -> None:
+    config = {"groups": [{"kind": "full", "block_size": 2}], "num_blocks": 4, "alignment": 4}
+    steps = run_program(open_stateful("vllm"), Program.from_json({**config, "ops": []}))
+    assert str(steps[0].outcome.cls) == "unsupported"
+    assert "block size" in steps[0].outcome.reason
+
+
+def test_a_documented_lookup_divergence_is_caught_and_shrunk(tmp_path: Path) -> None:
+    """Chunks that are not a multiple of the block size (findings-vllm.md class 2):
+    vLLM claims a hit whose block it does not hold."""
+    campaign = Campaign(
+        open_stateful("vllm"), "vllm", tmp_path, kinds=("chunked_local",), shrink_seconds=20
+    )
+    campaign.run(programs=PROGRAMS)
+    (found,) = campaign.found
+    assert found.cls == "unsafe" and len(found.program.ops) <= 3
+    (path,) = campaign.saved
+    saved, _ = load_program_file(path.read_text())
+    assert all(g.chunk % g.block_size for g in saved.groups)
+    assert str(run_program(open_stateful("vllm"), saved)[-1].outcome.cls) == "unsafe"
+
+
+def test_the_stateful_gate_finds_nothing_outside_the_documented_divergences() -> None:
+    runner = CallableRunner(EngineHost(manager_outside_divergences), timeout=30.0)
+    campaign = Campaign(runner, "vllm", stop_at_first=False, seed=1)
+    campaign.run(programs=PROGRAMS)
+    assert campaign.found == []
+    assert campaign.counts["ok"] > PROGRAMS and campaign.counts["rejected"] > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_same_seed_same_vllm_campaign(seed: int) -> None:
+    def tally() -> tuple[int, dict[str, int]]:
+        runner = CallableRunner(EngineHost(manager_outside_divergences), timeout=30.0)
+        campaign = Campaign(runner, "vllm", stop_at_first=False, seed=seed).run(programs=20)
+        return campaign.ops, dict(campaign.counts)
+
+    assert tally() == tally()
+
+
+def test_the_adapters_docstring_examples_hold() -> None:
+    import doctest
+
+    from kvhit.adapters import vllm_manager
+
+    result = doctest.testmod(vllm_manager)
+    assert result.attempted > 0 and result.failed == 0
