@@ -10,7 +10,7 @@ A target is a callable that takes a *normalized* protocol query (a dict, as
     >>> answer
     {'length': 1, 'blocks': [[0]]}
 
-Built-ins are imported only when asked for, so ``vllm`` costs nothing unless used.
+Built-ins are imported only when asked for, so ``vllm`` and ``sglang`` cost nothing unless used.
 """
 
 from __future__ import annotations
@@ -44,10 +44,14 @@ BUILTINS: dict[str, str] = {
     "impl": "kvhit.impl.target:impl_target",
     "vllm": "kvhit.adapters.vllm:vllm_target",
     "vllm-undocumented": "kvhit.adapters.vllm_divergences:vllm_outside_divergences",
+    "sglang": "kvhit.adapters.sglang:sglang_target",
 }
 
 VLLM_HINT = "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)"
-INSTALL_HINTS = {"vllm": VLLM_HINT, "vllm-undocumented": VLLM_HINT}
+SGLANG_HINT = (
+    "SGLang is not installed here; install it with scripts/install-sglang.sh (see the README)"
+)
+INSTALL_HINTS = {"vllm": VLLM_HINT, "vllm-undocumented": VLLM_HINT, "sglang": SGLANG_HINT}
 
 
 def load_callable(spec: str) -> Target:

@@ -9,7 +9,7 @@ real caches), and frees the rest when the request ends.
 The kinds differ only in :meth:`GroupManager.first_kept`: the first block the next
 token still reads.
 
-    >>> from kvhit.model.spec import Group
+    >>> from kvhit.model.spec import Group, window_before
     >>> pool = BlockPool(num_blocks=8, num_groups=1)
     >>> sw = manager_for(Group("sliding_window", block_size=2, window=3), 0, pool)
     >>> sw.first_kept(num_computed=7)
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from kvhit.impl.pool import NULL_BLOCK, BlockPool
-from kvhit.model.spec import Group
+from kvhit.model.spec import Group, window_before
 
 
 class GroupManager(ABC):
@@ -80,10 +80,10 @@ class FullManager(GroupManager):
 
 
 class SlidingWindowManager(GroupManager):
-    """The token at p reads from p - w + 1 on."""
+    """The token at p reads from p - t on (t = w - 1 for an inclusive window of w)."""
 
     def first_kept(self, num_computed: int) -> int:
-        return max(0, num_computed - self.group.window + 1) // self.group.block_size
+        return max(0, num_computed - window_before(self.group)) // self.group.block_size
 
 
 class ChunkedLocalManager(GroupManager):

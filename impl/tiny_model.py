@@ -1,7 +1,7 @@
 """A tiny hybrid model whose prefill reads earlier tokens only through the paged cache.
 
 One layer per KV cache group, of that group's kind: causal full attention, sliding
-window attention (the token at p sees keys p - w + 1 … p), chunked local attention
+window attention (the token at p sees keys p - t … p; t = w - 1 for an inclusive window), chunked local attention
 (keys from the start of p's chunk to p), or a linear recurrence standing in for
 Mamba (h_p = a·h_{p-1} + x_p·W_in, out = h_p·W_out; its state is stored at every
 block boundary). Random weights, float64, seeded.
@@ -12,7 +12,7 @@ masks (or, for the recurrence, the state it continues from) ask for: it records
 those gathers. Everything else of the past is NaN, and so is a block that is not
 cached (the null block), so any read the spec did not allow shows up as NaN.
 
-    >>> from kvhit.model.spec import Group
+    >>> from kvhit.model.spec import Group, window_before
     >>> model = TinyHybrid([Group("sliding_window", 2, window=3)], seed=0)
     >>> store = PagedStore(model.groups, num_blocks=4, dim=model.dim)
     >>> first = model.prefill([1, 2, 3, 4, 5], 0, [[1, 2, 3]], store)
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvhit.model.spec import Group, Kind
+from kvhit.model.spec import Group, Kind, window_before
 
 Tables = Sequence[Sequence[int]]
 
@@ -39,7 +39,7 @@ def attends(g: Group, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.T
     """The attention mask of a layer of group g's kind: which keys each query sees."""
     causal = key_pos <= query_pos
     if g.kind == Kind.SLIDING_WINDOW:
-        return causal & (key_pos > query_pos - g.window)
+        return causal & (key_pos >= query_pos - window_before(g))
     if g.kind == Kind.CHUNKED_LOCAL:
         return causal & (key_pos >= query_pos // g.chunk * g.chunk)
     return causal

@@ -18,10 +18,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Query, default_alignment
+from kvhit.model.spec import (
+    EAGLE_KINDS,
+    KINDS,
+    WINDOW_CONVENTIONS,
+    Group,
+    Query,
+    default_alignment,
+)
 
 QUERY_FIELDS = {"groups", "cached", "max_length", "num_tokens", "alignment"}
-GROUP_FIELDS = {"kind", "block_size", "window", "chunk", "eagle"}
+GROUP_FIELDS = {"kind", "block_size", "window", "chunk", "eagle", "window_convention"}
 KIND_PARAMS = {"sliding_window": "window", "chunked_local": "chunk"}
 
 
@@ -70,6 +77,7 @@ def parse_group(obj: Any, field: str) -> Group:
         if key not in obj:
             raise QueryError(f"{field}.{key}", f"missing: a {kind} group needs a {key}")
         params[key] = _int(obj[key], f"{field}.{key}", 1)
+    convention = parse_window_convention(obj, field, kind)
     eagle = obj.get("eagle", False)
     if not isinstance(eagle, bool):
         raise QueryError(f"{field}.eagle", f"must be true or false, got {json.dumps(eagle)}")
@@ -77,7 +85,30 @@ def parse_group(obj: Any, field: str) -> Group:
         raise QueryError(
             f"{field}.eagle", f"only full and sliding_window groups can be eagle, not {kind}"
         )
-    return Group(kind, block_size, eagle=eagle, **params)
+    return Group(kind, block_size, eagle=eagle, window_convention=convention, **params)
+
+
+def parse_window_convention(obj: dict[str, Any], field: str, kind: str) -> str:
+    """A sliding window group's ``window_convention``: ``inclusive`` (the default,
+    vLLM's: the window includes the token itself) or ``exclusive`` (SGLang's).
+
+    >>> parse_query({"groups": [{"kind": "full", "block_size": 1,
+    ...                          "window_convention": "exclusive"}], "cached": [[]], "max_length": 1})
+    Traceback (most recent call last):
+    ...
+    kvhit.model.protocol.QueryError: groups[0].window_convention: only a sliding_window group has one
+    """
+    if "window_convention" not in obj:
+        return WINDOW_CONVENTIONS[0]
+    convention = obj["window_convention"]
+    if kind != "sliding_window":
+        raise QueryError(f"{field}.window_convention", "only a sliding_window group has one")
+    if convention not in WINDOW_CONVENTIONS:
+        raise QueryError(
+            f"{field}.window_convention",
+            f"expected one of {', '.join(WINDOW_CONVENTIONS)}, got {json.dumps(convention)}",
+        )
+    return str(convention)
 
 
 def parse_row(row: Any, field: str) -> tuple[bool, ...]:

@@ -7,12 +7,17 @@ cached. The needed blocks are always one contiguous run, ``[lo, hi)``:
 
     kind              blocks needed at L = n·b (none when L = 0)
     full              0 … n-1
-    sliding_window w  max(0, n-k) … n-1,   k = ceil((w-1)/b)
+    sliding_window w  max(0, n-k) … n-1,   k = ceil(t/b), t = window_before(g)
     chunked_local c   floor(s/b) … n-1,    s = floor(L/c)·c
     mamba             n-1                  (the state at the boundary L)
 
 An eagle group also needs its next block n (matched by hash, then dropped so the
 drafter recomputes it), and the request must hold that whole block: L + b ≤ T.
+
+A window is read by its group's *window convention*: ``inclusive`` (vLLM's, the
+default: a window of w tokens includes the token itself, so it reaches t = w-1 tokens
+back) or ``exclusive`` (SGLang's ``sliding_window_size``: w counts only the tokens
+before it, t = w). The same KV is needed either way: exclusive w is inclusive w+1.
 
     >>> g = Group("sliding_window", block_size=1, window=2)
     >>> reused_blocks(g, 4)
@@ -23,7 +28,7 @@ drafter recomputes it), and the request must hold that whole block: L + b ≤ T.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from math import lcm
 from typing import Any
@@ -49,6 +54,21 @@ KINDS = tuple(Kind)
 EAGLE_KINDS = (Kind.FULL, Kind.SLIDING_WINDOW)
 
 
+class WindowConvention(StrEnum):
+    """How a sliding window's size is counted (docs/design.md §1.1).
+
+    ``inclusive`` (vLLM's): the window of w tokens includes the token itself, which
+    sees keys p-w+1 … p. ``exclusive`` (SGLang's ``sliding_window_size``): w counts
+    the tokens before it, so the token sees keys p-w … p.
+    """
+
+    INCLUSIVE = "inclusive"
+    EXCLUSIVE = "exclusive"
+
+
+WINDOW_CONVENTIONS = tuple(WindowConvention)
+
+
 @dataclass(frozen=True)
 class Group:
     """One KV cache group: its attention kind, block size and kind parameters.
@@ -62,14 +82,27 @@ class Group:
     window: Any = None
     chunk: Any = None
     eagle: bool = False
+    window_convention: str = field(default=WindowConvention.INCLUSIVE, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind(self.kind))
+        object.__setattr__(self, "window_convention", WindowConvention(self.window_convention))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        convention = f", window_convention={self.window_convention!r}" if self.exclusive else ""
+        return f"Group({shown}{convention})"
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether the window follows the exclusive convention (SGLang's)."""
+        return self.window_convention == WindowConvention.EXCLUSIVE
 
     def describe(self) -> str:
         """A short label such as ``sliding_window w=2 b=1``."""
+        convention = " exclusive" if self.exclusive else ""
         params: dict[str, str] = {
-            Kind.SLIDING_WINDOW: f" w={self.window}",
+            Kind.SLIDING_WINDOW: f" w={self.window}{convention}",
             Kind.CHUNKED_LOCAL: f" c={self.chunk}",
         }
         eagle = " eagle" if self.eagle else ""
@@ -80,6 +113,8 @@ class Group:
         out: dict[str, Any] = {"kind": self.kind, "block_size": self.block_size}
         if self.kind == Kind.SLIDING_WINDOW:
             out["window"] = self.window
+            if self.exclusive:
+                out["window_convention"] = self.window_convention
         if self.kind == Kind.CHUNKED_LOCAL:
             out["chunk"] = self.chunk
         out["eagle"] = self.eagle
@@ -135,12 +170,22 @@ def default_alignment(groups: tuple[Group, ...]) -> int:
     return lcm(*(g.block_size for g in groups)) if groups else 1
 
 
-def window_span(g: Group, ops: Ops = PY) -> Any:
-    """k = ceil((w-1)/b): how many blocks before the hit a sliding window reaches into.
+def window_before(g: Group) -> Any:
+    """t: how many tokens before a token its sliding window reaches back to: w-1 under
+    the inclusive convention (window 1 is the token alone), w under the exclusive one.
 
-    The window includes the token itself, so window 1 needs no earlier block.
+    >>> window_before(Group("sliding_window", 1, window=4))
+    3
+    >>> window_before(Group("sliding_window", 1, window=4, window_convention="exclusive"))
+    4
     """
-    return ops.div(g.window - 1 + g.block_size - 1, g.block_size)
+    return g.window if g.exclusive else g.window - 1
+
+
+def window_span(g: Group, ops: Ops = PY) -> Any:
+    """k = ceil(t/b), t = :func:`window_before`: how many blocks before the hit a
+    sliding window reaches into (ceil((w-1)/b) under the inclusive convention)."""
+    return ops.div(window_before(g) + g.block_size - 1, g.block_size)
 
 
 def reused_range(g: Group, length: Any, ops: Ops = PY) -> tuple[Any, Any]:

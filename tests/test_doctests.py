@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# modules that import an optional engine
-NEEDS = {"kvhit.adapters.vllm": "vllm", "kvhit.adapters.vllm_manager": "vllm"}
+NEEDS = {  # modules that import an optional engine
+    "kvhit.adapters.vllm": "vllm",
+    "kvhit.adapters.vllm_manager": "vllm",
+    "kvhit.adapters.sglang": "sglang",
+}
 
 
 def module_names() -> list[str]:

@@ -2,7 +2,8 @@
 divergences set aside.
 
 An engine whose configuration (groups and alignment) is inside a documented
-divergence's scope (:mod:`divergences`) is refused as ``unsupported``, so anything
+divergence's scope (:mod:`kvhit.adapters.vllm_divergences`, for the installed
+release) is refused as ``unsupported``, so anything
 the stateful gate reports against this target is a new finding:
 
     cd tests_vllm && kvhit gate --stateful --target stateful_undocumented:manager_outside_divergences
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from divergences import documented
-
+from kvhit.adapters.vllm import RELEASE
+from kvhit.adapters.vllm_divergences import documented
 from kvhit.adapters.vllm_manager import VllmManagerEngine
 from kvhit.errors import Unsupported
 from kvhit.harness.stateful_protocol import Program
@@ -25,7 +26,7 @@ def manager_outside_divergences(config: dict[str, Any]) -> VllmManagerEngine:
     divergence whose scope holds it (the scopes only read the groups and alignment)."""
     program = Program.from_json(config)
     empty = Query(program.groups, tuple(() for _ in program.groups), 0, 1, program.alignment)
-    names = documented(empty)
+    names = documented(empty, RELEASE.name)
     if names:
         raise Unsupported(f"documented divergence: {names[0]}")
     return VllmManagerEngine(config)

@@ -1,0 +1,78 @@
+"""SGLang's radix caches agree with the model on every small state they can hold."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+from cases import mamba_queries, query, window_queries
+
+import kvhit.adapters.sglang as adapter
+from kvhit.adapters.sglang import build, key, layout, sglang_target
+from kvhit.model.protocol import parse_query
+from kvhit.targets import model_target
+
+
+@pytest.mark.parametrize("convention", ["inclusive", "exclusive"])
+def test_the_window_cache_agrees_under_both_conventions(convention: str) -> None:
+    agreed = hits = 0
+    for q in window_queries(convention):
+        if convention == "inclusive" and q["groups"][1]["window"] == 1:
+            continue  # SGLang's window must be positive: pinned in test_findings
+        answer = sglang_target(q)
+        assert answer == model_target(q), q
+        agreed += 1
+        hits += answer["length"] > 0
+    assert agreed > 2000 and hits > 500
+
+
+def test_the_mamba_cache_agrees() -> None:
+    agreed = hits = 0
+    for q in mamba_queries():
+        answer = sglang_target(q)
+        assert answer == model_target(q), q
+        agreed += 1
+        hits += answer["length"] > 0
+    assert agreed > 150 and hits > 100
+
+
+def test_a_full_attention_tree_alone_agrees() -> None:
+    for b in (1, 2, 4):
+        for full in range(4):
+            for m in range(0, (full + 1) * b + 1):
+                q = query([{"kind": "full", "block_size": b}], ["1" * full], m)
+                assert sglang_target(q) == model_target(q)
+
+
+def test_the_tree_holds_exactly_the_query_window_state() -> None:
+    """Read back through SGLang's own API: its tombstones are the uncached blocks."""
+    q = parse_query(
+        query(
+            [
+                {"kind": "full", "block_size": 2},
+                {"kind": "sliding_window", "block_size": 2, "window": 3},
+            ],
+            ["111111", "011001"],
+            11,
+        )
+    )
+    lay = layout(q)
+    built = build(lay)
+    tombstones = built.cache.tree_core.swa_tombstone_ranges(key(lay.tokens), 0, lay.tokens)
+    assert [tuple(r) for r in tombstones] == [(0, 2), (6, 10)]
+
+
+def test_sglang_python_tree_core_answers_as_its_rust_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    queries = [q for i, q in enumerate(window_queries("exclusive")) if i % 7 == 0]
+    queries += list(mamba_queries())[::5]
+    rust = [sglang_target(q) for q in queries]
+    monkeypatch.setattr(adapter, "TREE_CORE", "python")
+    assert [sglang_target(q) for q in queries] == rust
+    assert (
+        type(build(layout(parse_query(queries[1]))).cache.tree_core).__name__ == "UnifiedTreeCore"
+    )
+
+
+def test_the_adapter_docstring_examples_hold() -> None:
+    result = doctest.testmod(adapter, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted >= 2

@@ -1,0 +1,35 @@
+"""``kvhit gate --target sglang`` runs, and finds nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_the_gate_finds_no_disagreement(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvhit.cli",
+            "gate",
+            "--target",
+            "sglang",
+            "--seconds",
+            "5",
+            "--jobs",
+            "1",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["disagreements"] == [] and report["counts"]["ok"] > 100
+    assert set(report["counts"]) == {"ok", "unsupported"}
