@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,8 @@ def target_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The options fuzz and gate share."""
+    """The options fuzz and gate share, given to ``func`` as one :class:`RunSettings`."""
+    func = packed_run(func)
     for option in reversed(
         [
             click.option(
@@ -105,6 +107,58 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     ):
         func = option(func)
     return target_options(func)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The options fuzz and gate share, as :func:`run_options` hands them over."""
+
+    target: str | None
+    target_cmd: str | None
+    timeout: float
+    isolate: bool
+    seconds: float | None
+    cases: int | None
+    seed: int
+    out: str
+    as_json: bool
+    jobs: int
+    ray_address: str | None
+
+    def campaign(self, phases: Callable[[], list[Phase]], stop_at_first: bool = False) -> Campaign:
+        """The campaign of ``phases`` against this target, saving to --out."""
+        return Campaign(
+            self.target,
+            self.target_cmd,
+            self.timeout,
+            phases,
+            Path(self.out),
+            stop_at_first,
+            isolate=self.isolate,
+        )
+
+    def run(self, campaign: Campaign, total: int | None = None) -> tuple[Tally, float, Console]:
+        """Run ``campaign`` on the --jobs with a progress bar; the tally, the seconds
+        taken and the console the report goes on."""
+        console = reporting_console(self.as_json)
+        tally, took = run_with_progress(campaign, self.jobs, self.ray_address, console, total)
+        return tally, took, console
+
+    def finish(self, tally: Tally, took: float, console: Console) -> None:
+        """Print the summary and exit (see :func:`finish`)."""
+        finish(tally, took, self.as_json, console, target_flag(self.target, self.target_cmd))
+
+
+def packed_run(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Hand ``func`` the shared options as one :class:`RunSettings` argument."""
+    names = [f.name for f in fields(RunSettings)]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        settings = RunSettings(**{name: kwargs.pop(name) for name in names})
+        return func(settings, **kwargs)
+
+    return wrapper
 
 
 def target_flag(target: str | None, target_cmd: str | None) -> str:
@@ -291,17 +345,7 @@ def scope_phases(
 @stateful_options
 @harness_command
 def fuzz(
-    target: str | None,
-    target_cmd: str | None,
-    timeout: float,
-    isolate: bool,
-    seconds: float | None,
-    cases: int | None,
-    seed: int,
-    out: str,
-    as_json: bool,
-    jobs: int,
-    ray_address: str | None,
+    options: RunSettings,
     max_blocks: int,
     kinds: str | None,
     scope_file: str | None,
@@ -314,13 +358,15 @@ def fuzz(
     The first disagreement of each class is shrunk, saved to --out and drawn.
     """
     picked = check_kinds(kinds)
+    seconds, cases = options.seconds, options.cases
     if seconds is None and cases is None and scope_file is None:
         seconds = FUZZ_SECONDS
     if stateful:
-        refuse(isolate=isolate, ray=ray_address, every_state=scope_file)
-        options = {"out_dir": Path(out), "seed": seed, "steps": steps, "kinds": picked}
-        options |= {"max_tokens": 2 * max_blocks, "stop_at_first": False}
-        run_stateful(target, target_cmd, timeout, options, seconds, cases, as_json)
+        o = options
+        refuse(isolate=o.isolate, ray=o.ray_address, every_state=scope_file)
+        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps, "kinds": picked}
+        plan |= {"max_tokens": 2 * max_blocks, "stop_at_first": False}
+        run_stateful(o.target, o.target_cmd, o.timeout, plan, seconds, cases, o.as_json)
     phases: Callable[[], list[Phase]]
     total: int | None
     if scope_file is not None:
@@ -329,12 +375,10 @@ def fuzz(
         total = states if cases is None else min(states, cases * len(scopes))
         phases = functools.partial(scope_phases, scopes, seconds, cases)
     else:
-        phases = functools.partial(random_phases, seed, max_blocks, picked, seconds, cases)
+        phases = functools.partial(random_phases, options.seed, max_blocks, picked, seconds, cases)
         total = cases
-    console = reporting_console(as_json)
-    campaign = Campaign(target, target_cmd, timeout, phases, Path(out), isolate=isolate)
-    tally, took = run_with_progress(campaign, jobs, ray_address, console, total=total)
-    finish(tally, took, as_json, console, target_flag(target, target_cmd))
+    tally, took, console = options.run(options.campaign(phases), total)
+    options.finish(tally, took, console)
 
 
 @click.command()
@@ -344,39 +388,22 @@ def fuzz(
 @stateful_options
 @harness_command
 def gate(
-    target: str | None,
-    target_cmd: str | None,
-    timeout: float,
-    isolate: bool,
-    seconds: float | None,
-    cases: int | None,
-    seed: int,
-    out: str,
-    as_json: bool,
-    jobs: int,
-    ray_address: str | None,
-    junit: str | None,
-    keep_going: bool,
-    stateful: bool,
-    steps: int,
+    options: RunSettings, junit: str | None, keep_going: bool, stateful: bool, steps: int
 ) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
     for --seconds (default 20). Stops at the first disagreement unless --keep-going."""
-    budget = DEFAULT_SECONDS if seconds is None else seconds
+    o = options
+    budget = DEFAULT_SECONDS if o.seconds is None else o.seconds
     if stateful:
-        refuse(isolate=isolate, ray=ray_address)
-        options = {"out_dir": Path(out), "seed": seed, "steps": steps}
-        options["stop_at_first"] = not keep_going
-        run_stateful(target, target_cmd, timeout, options, budget, cases, as_json, junit)
-    console = reporting_console(as_json)
-    phases = functools.partial(gate_phases, budget, seed, cases=cases)
-    campaign = Campaign(
-        target, target_cmd, timeout, phases, Path(out), not keep_going, isolate=isolate
-    )
-    tally, took = run_with_progress(campaign, jobs, ray_address, console)
+        refuse(isolate=o.isolate, ray=o.ray_address)
+        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps}
+        plan["stop_at_first"] = not keep_going
+        run_stateful(o.target, o.target_cmd, o.timeout, plan, budget, o.cases, o.as_json, junit)
+    phases = functools.partial(gate_phases, budget, o.seed, cases=o.cases)
+    tally, took, console = o.run(o.campaign(phases, stop_at_first=not keep_going))
     if junit:
         Path(junit).write_text(junit_xml(tally.target, tally.cases, took, tally.found))
-    finish(tally, took, as_json, console, target_flag(target, target_cmd))
+    options.finish(tally, took, console)
 
 
 @click.command()
