@@ -9,6 +9,7 @@ command, a target) without importing it until it is used.
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import Any
 
@@ -19,4 +20,15 @@ def import_attr(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"{spec!r}: expected module:attr")
-    return getattr(importlib.import_module(module_name), attr, None)
+    # The collector waits while the module is imported: on Python 3.11 a finalizer
+    # that imports something while this import holds importlib's per-thread record
+    # of the lock it waits on deletes that record, and the import fails with a
+    # KeyError naming the thread id (seen once in the test suite).
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        module = importlib.import_module(module_name)
+    finally:
+        if paused:
+            gc.enable()
+    return getattr(module, attr, None)
