@@ -8,7 +8,7 @@ import pytest
 from cases import mixed_queries, reordered, try_lookup
 
 from kvhit.adapters.vllm import RELEASE, lookup
-from kvhit.adapters.vllm_divergences import documented, eagle_windows, in_release
+from kvhit.adapters.vllm_divergences import DIVERGENCES, documented, eagle_windows
 from kvhit.model.protocol import parse_query
 
 
@@ -28,15 +28,14 @@ def test_length_and_blocks_do_not_depend_on_group_order_outside_the_divergences(
     assert compared > 300
 
 
-UNSAFE_EAGLE = [
-    d for d in in_release(RELEASE.name) if d.scope is eagle_windows and d.verdict == "unsafe"
-]
+UNSAFE_EAGLE = [d for d in DIVERGENCES if d.scope is eagle_windows and d.verdict == "unsafe"]
 
 
 @pytest.mark.parametrize("divergence", UNSAFE_EAGLE, ids=lambda d: d.name)
-def test_the_unsafe_eagle_answer_depends_on_group_order(divergence):
+def test_the_unsafe_eagle_answer_depends_on_group_order_in_the_releases_that_have_it(divergence):
     swapped = reordered(divergence.query, [1, 0])
-    assert lookup(divergence.query).length != lookup(swapped).length
+    differ = lookup(divergence.query).length != lookup(swapped).length
+    assert differ == divergence.in_release(RELEASE.name)
 
 
 def test_the_uncached_common_prefix_depends_on_group_order():
