@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from kvhit.proofs.contracts import FINDERS, finder_label, unbounded_goals, unrolled_goals  # noqa: E402
+from kvhit.proofs.contracts import CONTRACT_FINDERS, unbounded_goals, unrolled_goals  # noqa: E402
 from kvhit.proofs.runner import z3_check  # noqa: E402
 
 B, A = 2, 4
@@ -51,12 +51,12 @@ def main() -> None:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header), flush=True)
     rows = []
-    for kind, eagle in FINDERS:
-        label = finder_label(kind, eagle)
-        times = [seconds(unrolled_goals(kind, eagle, B, A, n), args.timeout) for n in bounds]
-        unbounded = seconds(unbounded_goals(kind, eagle, B, A), args.timeout)
-        rows.append((label, times, unbounded))
-        print("| " + " | ".join([label, *map(cell, times), cell(unbounded)]) + " |", flush=True)
+    for finder in CONTRACT_FINDERS:
+        times = [seconds(unrolled_goals(finder, B, A, n), args.timeout) for n in bounds]
+        unbounded = seconds(unbounded_goals(finder, B, A), args.timeout)
+        rows.append((finder.label, times, unbounded))
+        row = [finder.label, *map(cell, times), cell(unbounded)]
+        print("| " + " | ".join(row) + " |", flush=True)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, times, _unbounded in rows:

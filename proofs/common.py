@@ -14,7 +14,7 @@ of the alignment).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import z3
@@ -35,6 +35,33 @@ FINDERS: tuple[tuple[str, bool], ...] = (
 """Every finder: (kind, eagle). Eagle groups are full or sliding window only."""
 
 
+def model_int(model: z3.ModelRef, x: Any) -> int:
+    """The value of ``x`` (a plain int or an integer term) in the solver's model."""
+    return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
+
+
+def protocol_group(g: Group, model: z3.ModelRef) -> dict[str, Any]:
+    """Group g as a protocol object, its symbolic fields read off the model. The
+    window convention is kept, so a counterexample replays under the same reading.
+
+    >>> w = z3.Int("w")
+    >>> s = z3.Solver()
+    >>> s.add(w == 3)
+    >>> _ = s.check()
+    >>> g = Group("sliding_window", 2, window=w, window_convention="exclusive")
+    >>> obj = protocol_group(g, s.model())
+    >>> obj["window"], str(obj["window_convention"])
+    (3, 'exclusive')
+    """
+
+    def num(x: Any) -> Any:
+        return None if x is None else model_int(model, x)
+
+    return replace(
+        g, block_size=num(g.block_size), window=num(g.window), chunk=num(g.chunk)
+    ).to_json()
+
+
 @dataclass
 class SymQuery:
     """A query with symbolic rows (``blocks`` concrete blocks each), windows, chunks, M."""
@@ -50,18 +77,9 @@ class SymQuery:
         q = self.query
 
         def num(x: Any) -> int:
-            return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
+            return model_int(model, x)
 
-        groups = []
-        for g in q.groups:
-            obj: dict[str, Any] = {"kind": g.kind, "block_size": num(g.block_size)}
-            if g.kind == "sliding_window":
-                obj["window"] = num(g.window)
-            if g.kind == "chunked_local":
-                obj["chunk"] = num(g.chunk)
-            if g.eagle:
-                obj["eagle"] = True
-            groups.append(obj)
+        groups = [protocol_group(g, model) for g in q.groups]
         max_length = num(q.max_length)
         rows = []
         for g, row, count in zip(q.groups, q.cached, self.blocks):

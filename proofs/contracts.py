@@ -38,6 +38,11 @@ Block size b and alignment A are concrete in each query (products of two symboli
 lengths make the arithmetic nonlinear and the solver gives up); the theorem runs a
 grid of them (:data:`CONFIGS`, :data:`UNROLLED_CHECKS`). Everything else is
 symbolic: cache rows, window, chunk, m and the request length T.
+
+A sliding window finder is proved under both window conventions
+(:data:`CONTRACT_FINDERS`): its group is built with that convention, so the scan and
+``valid`` read the window through the model's own ``window_before``, as they do when
+they run.
 """
 
 from __future__ import annotations
@@ -50,10 +55,18 @@ import z3
 
 from kvhit.model.finders import Frame, Scan, find, frame_for, run_scan, scan_for
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, longest_hit, valid, window_span
+from kvhit.model.spec import (
+    WINDOW_CONVENTIONS,
+    Group,
+    Kind,
+    WindowConvention,
+    longest_hit,
+    valid,
+    window_span,
+)
 from kvhit.proofs import linearize as linear
 from kvhit.proofs.cases import CaseOps, Cases, is_boolean
-from kvhit.proofs.common import FINDERS
+from kvhit.proofs.common import FINDERS, model_int, protocol_group
 from kvhit.proofs.instantiate import ground
 from kvhit.proofs.linearize import linearize
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
@@ -69,11 +82,53 @@ UNROLLED_CHECKS: tuple[tuple[str, int, int, int], ...] = (
 """(theorem, block size, alignment, default bound) for the unrolled one. Its
 cost grows quickly with the bound, and faster at b=1 A=1, where every block end is a
 candidate: at 64 blocks, with z3 and cvc5 side by side on a quiet 2-core machine,
-about 100 s for (2, 4) and 220 s for (1, 1), so (1, 1) runs at 32 by default."""
+about 100 s for (2, 4) and 220 s for (1, 1) with inclusive windows only, so (1, 1)
+runs at 32 by default. The exclusive sliding window goals cost as much as the
+inclusive ones (z3 alone at (2, 4), 64 blocks: 18 s and 27 s with eagle)."""
 
 
-def finder_label(kind: str, eagle: bool) -> str:
-    return f"{kind}{' eagle' if eagle else ''}"
+@dataclass(frozen=True)
+class Finder:
+    """One finder the contract is proved for: a kind, with or without the eagle
+    wrapper, and the window convention its group reads (a sliding window's finder is
+    proved under each)."""
+
+    kind: str
+    eagle: bool = False
+    convention: str = WindowConvention.INCLUSIVE
+
+    @property
+    def label(self) -> str:
+        """``kind [exclusive] [eagle]``, as :meth:`Group.describe` names them.
+
+        >>> Finder("sliding_window", True, "exclusive").label
+        'sliding_window exclusive eagle'
+        """
+        convention = " exclusive" if self.convention == WindowConvention.EXCLUSIVE else ""
+        return f"{self.kind}{convention}{' eagle' if self.eagle else ''}"
+
+    def group(self, block_size: Any, window: Any, chunk: Any) -> Group:
+        """The group this finder runs for (``window`` and ``chunk`` kept where its
+        kind reads them)."""
+        return Group(
+            self.kind,
+            block_size,
+            window=window if self.kind == Kind.SLIDING_WINDOW else None,
+            chunk=chunk if self.kind == Kind.CHUNKED_LOCAL else None,
+            eagle=self.eagle,
+            window_convention=self.convention,
+        )
+
+
+def conventions(kind: str) -> tuple[WindowConvention, ...]:
+    """The window conventions a finder of this kind is proved under."""
+    return WINDOW_CONVENTIONS if kind == Kind.SLIDING_WINDOW else (WindowConvention.INCLUSIVE,)
+
+
+CONTRACT_FINDERS: tuple[Finder, ...] = tuple(
+    Finder(kind, eagle, convention) for kind, eagle in FINDERS for convention in conventions(kind)
+)
+"""Every finder of :data:`FINDERS`, a sliding window's under both conventions."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +206,6 @@ def miss_axioms(row: MissRow, ops: Z3Ops) -> list[Any]:
 class Setting:
     """One finder at one (b, A), with its symbolic parameters and the spec around it."""
 
-    kind: str
-    eagle: bool
     block_size: Any
     alignment: Any
     ops: Z3Ops
@@ -195,30 +248,24 @@ class Setting:
         )
 
     def window_blocks(self) -> Any:
-        return window_span(self.group, self.ops) + (1 if self.eagle else 0)
+        return window_span(self.group, self.ops) + (1 if self.group.eagle else 0)
 
 
-def make_setting(
-    kind: str, eagle: bool, b: Any, a: Any, bound: int | None, tag: str = ""
-) -> Setting:
+def make_setting(finder: Finder, b: Any, a: Any, bound: int | None, tag: str = "") -> Setting:
     """Symbolic parameters for one finder at block size b and alignment a.
 
     ``bound`` None: unbounded (rows of any length, read through ``below``);
     else rows of ``bound`` blocks and m small enough that the scan stays inside them.
+    A window is at least 1 under either convention (SGLang's sliding_window_size is
+    positive too).
     """
-    p = f"{kind}{'_eagle' if eagle else ''}_b{b}_A{a}{tag}_"
+    p = f"{finder.label.replace(' ', '_')}_b{b}_A{a}{tag}_"
     window, chunk, m, num_tokens = z3.Ints(f"{p}w {p}c {p}m {p}T")
-    group = Group(
-        kind,
-        b,
-        window=window if kind == "sliding_window" else None,
-        chunk=chunk if kind == "chunked_local" else None,
-        eagle=eagle,
-    )
+    group = finder.group(b, window, chunk)
     pre = [m >= 0, num_tokens > m]
-    if kind == "sliding_window":
+    if finder.kind == Kind.SLIDING_WINDOW:
         pre.append(window >= 1)
-    if kind == "chunked_local":
+    if finder.kind == Kind.CHUNKED_LOCAL:
         pre.append(chunk >= 1)
     if bound is None:
         ops: Z3Ops = MissOps(bound=1)
@@ -238,7 +285,7 @@ def make_setting(
     if bound is not None:
         pre.append(frame.limit <= bound)
     scan = scan_for(group, m, a, num_tokens, ops)
-    return Setting(kind, eagle, b, a, ops, row, m, num_tokens, group, frame, scan, pre, candidates)
+    return Setting(b, a, ops, row, m, num_tokens, group, frame, scan, pre, candidates)
 
 
 # --- the loop invariants, one per kind --------------------------------------------
@@ -348,7 +395,7 @@ Part = tuple[list[Any], Any]
 def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Part]:
     """The three obligations at index j: ``init`` and ``exit`` ignore j; ``step``
     steps from the visited region ending (up) or starting (down) at j."""
-    inv = INVARIANTS[s.kind]
+    inv = INVARIANTS[s.group.kind]
     scan = s.scan
     state = fresh_state(scan.start, f"{tag}_s")
     bit = s.ops.bit
@@ -366,26 +413,26 @@ def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Part]:
     }
 
 
-def unbounded_goals(kind: str, eagle: bool, b: int, a: int) -> list[Goal]:
+def unbounded_goals(finder: Finder, b: int, a: int) -> list[Goal]:
     """Start, step and exit of the loop invariant, over rows of any length."""
-    s = make_setting(kind, eagle, b, a, None)
-    j = z3.Int(f"{kind}_{eagle}_{b}_{a}_j")
-    label = f"{finder_label(kind, eagle)} b={b} A={a}"
+    s = make_setting(finder, b, a, None)
+    label = f"{finder.label} b={b} A={a}"
+    j = z3.Int(f"{label.replace(' ', '_')}_j")
     return [
         Goal(f"{label}: {name}", [*s.pre, *assumed], negation, prepare=ground)
         for name, (assumed, negation) in induction_parts(s, j, "u").items()
     ]
 
 
-def symbolic_goals(kind: str, eagle: bool) -> list[Goal]:
+def symbolic_goals(finder: Finder) -> list[Goal]:
     """Start, step and exit of the loop invariant with b and A symbolic too (b ≥ 1,
     A = a·b, a ≥ 1): products and quotients by b, A and the chunk are made linear by
     :func:`kvhit.proofs.linearize.linearize`, whose lemmas ``arithmetic_lemmas`` proves."""
-    label = finder_label(kind, eagle)
+    label = finder.label
     tag = label.replace(" ", "_")
     b, a, ratio = z3.Ints(f"{tag}_b {tag}_A {tag}_a")
-    s = make_setting(kind, eagle, b, a, None, tag="_sym")
-    scales = [b, a] + ([s.group.chunk] if kind == "chunked_local" else [])
+    s = make_setting(finder, b, a, None, tag="_sym")
+    scales = [b, a] + ([s.group.chunk] if finder.kind == Kind.CHUNKED_LOCAL else [])
     pre = [*s.pre, b >= 1, ratio >= 1, a == ratio * b]
 
     def prepare(terms: list[Any]) -> list[Any]:
@@ -403,13 +450,13 @@ def lemma_theorem_goals(bound: int | None) -> list[Goal]:
     return [Goal(f"lemma {name}", [], z3.Not(claim)) for name, claim in linear.lemmas().items()]
 
 
-def unrolled_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[Goal]:
+def unrolled_goals(finder: Finder, b: int, a: int, bound: int) -> list[Goal]:
     """The whole scan unrolled over rows of ``bound`` blocks, against the contract."""
-    s = make_setting(kind, eagle, b, a, bound)
+    s = make_setting(finder, b, a, bound)
     hit = run_scan(s.scan, s.row, s.ops)
     return [
         Goal(
-            f"{finder_label(kind, eagle)} b={b} A={a}: unrolled",
+            f"{finder.label} b={b} A={a}: unrolled",
             s.pre,
             z3.Not(s.contract(hit)),
             witness=contract_witness(s, bound),
@@ -422,23 +469,16 @@ def unrolled_goals(kind: str, eagle: bool, b: int, a: int, bound: int) -> list[G
 
 
 def contract_witness(s: Setting, bound: int) -> Any:
-    """A one-group protocol query from a model; broken when the plain finder is not L*."""
+    """A one-group protocol query from a model (the group's window convention kept);
+    broken when the plain finder is not L*."""
 
     def witness(model: z3.ModelRef) -> Counterexample:
-        def num(x: Any) -> int:
-            return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
-
-        group: dict[str, Any] = {"kind": s.kind, "block_size": s.block_size, "eagle": s.eagle}
-        if s.kind == "sliding_window":
-            group["window"] = num(s.group.window)
-        if s.kind == "chunked_local":
-            group["chunk"] = num(s.group.chunk)
         q = parse_query(
             {
-                "groups": [group],
+                "groups": [protocol_group(s.group, model)],
                 "cached": [s.row.values(model, bound)],
-                "max_length": num(s.m),
-                "num_tokens": num(s.num_tokens),
+                "max_length": model_int(model, s.m),
+                "num_tokens": model_int(model, s.num_tokens),
                 "alignment": s.alignment,
             }
         )
@@ -453,12 +493,7 @@ def contract_witness(s: Setting, bound: int) -> Any:
 def _all(
     builder: Callable[..., list[Goal]], configs: tuple[tuple[int, int], ...], *args: Any
 ) -> list[Goal]:
-    return [
-        goal
-        for kind, eagle in FINDERS
-        for b, a in configs
-        for goal in builder(kind, eagle, b, a, *args)
-    ]
+    return [goal for f in CONTRACT_FINDERS for b, a in configs for goal in builder(f, b, a, *args)]
 
 
 def _text(configs: tuple[tuple[int, int], ...]) -> str:
@@ -469,32 +504,37 @@ THEOREMS = [
     Theorem(
         name="finder_contracts",
         statement=(
-            "Every finder (full, sliding window, chunked local, mamba, and the eagle "
-            "wrapper on full and sliding window) meets its contract for every cache row "
-            f"of any length (so every bound N), window, chunk, m and T ({_text(CONFIGS)}): "
+            "Every finder (full, sliding window under the inclusive and the exclusive "
+            "window convention, chunked local, mamba, and the eagle wrapper on full and "
+            "on both sliding windows) meets its contract for every cache row of any "
+            f"length (so every bound N), window, chunk, m and T ({_text(CONFIGS)}): "
             "an inductive loop invariant over the model's own scan step."
         ),
         expected="proved",
         kind="unbounded",
         build=lambda bound: _all(unbounded_goals, CONFIGS),
-        rests_on="model code: each finder's Scan (start, step, finish)",
-        scope="any row length, window, chunk, m, T; b/A "
+        rests_on="model code: each finder's Scan (start, step, finish), both window conventions",
+        scope="any row length, window (inclusive and exclusive), chunk, m, T; b/A "
         + " ".join(f"{b}/{a}" for b, a in CONFIGS),
     ),
     Theorem(
         name="finder_contracts_symbolic",
         statement=(
-            "Every finder (every kind and the eagle wrapper) meets its contract for every "
-            "block size b >= 1 and alignment A with b | A, every cache row of any length, "
+            "Every finder (every kind, the eagle wrapper, and sliding windows under both "
+            "window conventions) meets its contract for every block size b >= 1 and alignment A with b | A, every cache row of any length, "
             "window, chunk, m and T: the loop invariant over the model's own scan step, "
             "with products and quotients by b, A and the chunk read as functions bound by "
             "the lemmas of arithmetic_lemmas."
         ),
         expected="proved",
         kind="unbounded",
-        build=lambda bound: [g for kind, eagle in FINDERS for g in symbolic_goals(kind, eagle)],
-        rests_on="model code: each finder's Scan; x*b, x/b, x%A as functions + arithmetic_lemmas",
-        scope="any row length, window, chunk, m, T; every b >= 1, A = a*b",
+        build=lambda bound: [g for f in CONTRACT_FINDERS for g in symbolic_goals(f)],
+        rests_on=(
+            "model code: each finder's Scan, both window conventions; "
+            "x*b, x/b, x%A as functions + arithmetic_lemmas"
+        ),
+        scope="any row length, window (inclusive and exclusive), chunk, m, T; "
+        "every b >= 1, A = a*b",
     ),
     Theorem(
         name="arithmetic_lemmas",
@@ -513,17 +553,18 @@ THEOREMS = [
         Theorem(
             name=name,
             statement=(
-                "Every finder meets its contract for every cache row of up to N blocks, "
-                f"every window, chunk, m and T (b={b} A={a}): the model's whole scan "
-                "unrolled over symbolic bits, a cross-check that uses no invariant."
+                "Every finder, sliding windows under both window conventions, meets its "
+                "contract for every cache row of up to N blocks, every window, chunk, m "
+                f"and T (b={b} A={a}): the model's whole scan unrolled over symbolic bits, "
+                "a cross-check that uses no invariant."
             ),
             expected="proved",
             kind="bounded",
             bound=bound,
             quick_bound=12,
             build=lambda n, b=b, a=a: _all(unrolled_goals, ((b, a),), n),
-            rests_on="model code: each finder's whole scan, unrolled",
-            scope=f"rows of N blocks; b/A {b}/{a}",
+            rests_on="model code: each finder's whole scan, unrolled, both window conventions",
+            scope=f"rows of N blocks; window (inclusive and exclusive); b/A {b}/{a}",
         )
         for name, b, a, bound in UNROLLED_CHECKS
     ),

@@ -4,6 +4,7 @@ status at a small bound, and each is refuted when the model is broken on purpose
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import z3
@@ -14,6 +15,7 @@ from kvhit.model.protocol import parse_query
 from kvhit.model.spec import KINDS, longest_hit, valid
 from kvhit.proofs import contracts, fixed_point
 from kvhit.proofs.cases import Cases
+from kvhit.proofs.common import sym_query
 from kvhit.proofs.contracts import MissOps, MissRow, UnrolledOps, miss_axioms
 from kvhit.proofs.registry import Theorem
 from kvhit.proofs.runner import run_theorem
@@ -40,10 +42,48 @@ def test_theorem_is_proved(module, name: str, bound: int | None) -> None:
     assert result.status == "proved", result.detail
 
 
+EXCLUSIVE_WINDOWS = {"sliding_window exclusive", "sliding_window exclusive eagle"}
+"""The finders proved under the exclusive window convention, by label."""
+
+
+def finder_of(goal_name: str) -> str:
+    """The finder a contract goal is about: its name before the block size."""
+    return goal_name.split(" b")[0]
+
+
 def test_unbounded_finder_contracts_are_proved() -> None:
     result = run_theorem(theorem(contracts, "finder_contracts"), timeout=30)
     assert result.status == "proved", result.detail
-    assert len(result.goals) == 3 * len(contracts.FINDERS) * len(contracts.CONFIGS)
+    per_finder = 3 * len(contracts.CONFIGS)
+    # every finder, and both sliding window finders once more under the exclusive reading
+    assert len(result.goals) == (len(contracts.FINDERS) + 2) * per_finder
+    exclusive = [g.name for g in result.goals if finder_of(g.name) in EXCLUSIVE_WINDOWS]
+    assert len(exclusive) == 2 * per_finder
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "finder_contracts",
+        "finder_contracts_symbolic",
+        "finder_contracts_bounded",
+        "finder_contracts_bounded_unit_blocks",
+    ],
+)
+def test_finder_theorems_cover_both_window_conventions(name: str) -> None:
+    t = theorem(contracts, name)
+    finders = {finder_of(g.name) for g in t.build(t.bound_for(quick=True))}
+    assert finders == {f.label for f in contracts.CONTRACT_FINDERS}
+    assert EXCLUSIVE_WINDOWS < finders
+
+
+def test_an_exclusive_setting_runs_the_exclusive_group() -> None:
+    finder = contracts.Finder("sliding_window", True, "exclusive")
+    s = contracts.make_setting(finder, 2, 4, None)
+    assert s.group.exclusive and s.group.eagle
+    # k = ceil(w/2) + 1 under the exclusive reading: 3 blocks at w = 3 (2 if inclusive)
+    w = s.group.window
+    assert z3.simplify(z3.substitute(s.window_blocks(), (w, z3.IntVal(3)))).as_long() == 3
 
 
 def test_the_family_needs_the_passes_it_claims() -> None:
@@ -178,3 +218,13 @@ def test_symbolic_encoding_equals_plain_python(kind: str, eagle: bool, ops: Z3Op
             Z3Ops(bound=16, passes=q.max_length + 1),
         )
         assert s.model().eval(sym_fp).as_long() == algorithms.fixed_point(q)
+
+
+def test_a_symbolic_query_reads_back_an_exclusive_window() -> None:
+    sq = sym_query(["sliding_window"], 3, "conv")
+    group = replace(sq.query.groups[0], window_convention="exclusive")
+    sq = replace(sq, query=replace(sq.query, groups=(group,)))
+    s = z3.Solver()
+    s.add(*sq.pre)
+    assert s.check() == z3.sat
+    assert sq.concrete(s.model()).groups[0].exclusive

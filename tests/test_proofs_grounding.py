@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import z3
 
+from kvhit.model.spec import WINDOW_CONVENTIONS
 from kvhit.proofs import contracts
 from kvhit.proofs.instantiate import ground, has_quantifier
 from kvhit.proofs.runner import cvc5_check, smt2, z3_check
@@ -31,17 +33,24 @@ def test_a_negated_universal_becomes_its_witness() -> None:
     assert check(grounded) == z3.unsat
 
 
-def test_contract_goals_are_quantifier_free_and_cvc5_proves_them() -> None:
-    goals = contracts.unbounded_goals("sliding_window", True, 2, 4)
+EAGLE_WINDOWS = [contracts.Finder("sliding_window", True, c) for c in WINDOW_CONVENTIONS]
+
+
+@pytest.mark.parametrize("finder", EAGLE_WINDOWS, ids=lambda f: f.label)
+def test_contract_goals_are_quantifier_free_and_cvc5_proves_them(finder: contracts.Finder) -> None:
+    goals = contracts.unbounded_goals(finder, 2, 4)
     assert len(goals) == 3
     for goal in goals:
         assert not any(has_quantifier(a) for a in goal.assertions), goal.name
         assert cvc5_check(smt2(goal), 30) == "unsat", goal.name
 
 
-def test_unrolled_goals_are_quantifier_free_and_both_solvers_prove_them() -> None:
+@pytest.mark.parametrize("finder", EAGLE_WINDOWS, ids=lambda f: f.label)
+def test_unrolled_goals_are_quantifier_free_and_both_solvers_prove_them(
+    finder: contracts.Finder,
+) -> None:
     # the unrolled goals are solved with their own z3 logic and cvc5 options
-    for goal in contracts.unrolled_goals("sliding_window", True, 2, 4, 16):
+    for goal in contracts.unrolled_goals(finder, 2, 4, 16):
         assert goal.logic == "QF_AUFLIA" and goal.cvc5_options, goal.name
         assert not any(has_quantifier(a) for a in goal.assertions), goal.name
         assert z3_check(goal, 30)[0] == "unsat", goal.name

@@ -11,6 +11,7 @@ fails :func:`test_every_theorem_has_a_mutation`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -72,6 +73,14 @@ def tight_floor(x: Any, dq: Any, d: Any) -> Any:
 
 def floor_window(g: Any, ops: Any = PY) -> Any:
     return ops.div(g.window - 1, g.block_size)
+
+
+def inclusive_window(g: Any, ops: Any = PY) -> Any:
+    """A finder's window span read as inclusive whatever its group's convention."""
+    return SPAN(replace(g, window_convention="inclusive"), ops)
+
+
+SPAN = spec.window_span
 
 
 def full_reusing_last_block(g: Any, length: Any, ops: Any = PY) -> tuple[Any, Any]:
@@ -216,6 +225,35 @@ def test_a_repair_proves_the_known_wrong_claim(name: str, monkeypatch: pytest.Mo
     patch(monkeypatch)
     result = run_theorem(theorem, bound=bound, timeout=30)
     assert result.status == Status.PROVED, result.detail
+
+
+@pytest.mark.parametrize(
+    ("name", "bound"),
+    [
+        ("finder_contracts", None),
+        ("finder_contracts_symbolic", None),
+        ("finder_contracts_bounded", 4),
+        ("finder_contracts_bounded_unit_blocks", 4),
+    ],
+)
+def test_a_finder_ignoring_the_exclusive_window_is_refuted(
+    name: str, bound: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the finder reads every window as inclusive; the spec's ``valid`` still
+    reads the convention. The first goal to fail is an exclusive one (the inclusive
+    sliding window goals before it are proved), and an unrolled counterexample
+    replays under the exclusive convention."""
+    monkeypatch.setattr(finders, "window_span", inclusive_window)
+    monkeypatch.setattr(contracts, "CONFIGS", ((2, 2),))
+    result = run_theorem(get(name), bound=bound, timeout=30)
+    assert result.status == Status.REFUTED, result.detail
+    *proved, failed = result.goals
+    assert failed.name.startswith("sliding_window exclusive"), failed.name
+    assert {g.status for g in proved} == {"unsat"}
+    assert any(g.name.startswith("sliding_window b") for g in proved)
+    if get(name).kind == "bounded":
+        cx = result.counterexample
+        assert cx is not None and cx.broken and cx.query.groups[0].exclusive
 
 
 def test_a_goal_whose_assumptions_are_unsat_is_vacuous() -> None:
