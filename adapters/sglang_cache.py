@@ -61,15 +61,14 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-import torch
-
 from kvhit.adapters.sglang import Pools, Shape, new_cache, shape
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
 from kvhit.model.spec import default_alignment
 
+# isort: split
 # After kvhit.adapters.sglang, which prepares SGLang's imports and server args.
-from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch  # noqa: I001
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
@@ -206,7 +205,9 @@ class SglangCacheEngine:
             need["request rows"] = 1
         finally:
             cache.unlock(lock)
-        short = [f"{what} ({have[what]} < {need[what]})" for what in have if have[what] < need[what]]
+        short = [
+            f"{what} ({have[what]} < {need[what]})" for what in have if have[what] < need[what]
+        ]
         return "SGLang cannot hold it: " + ", ".join(short) if short else ""
 
     def answer(self, req: Req, num_tokens: int, source: Any) -> dict[str, Any]:
@@ -245,9 +246,7 @@ class SglangCacheEngine:
 
     def checkpoint_state(self, req: Req) -> int | None:
         """The block id of the Mamba state the tree keeps after the request's tokens."""
-        value = self.cache.tree_core.get_component_device_value(
-            req.last_node, ComponentType.MAMBA
-        )
+        value = self.cache.tree_core.get_component_device_value(req.last_node, ComponentType.MAMBA)
         return None if value is None else self.state_id(int(value.view(-1)[0]))
 
     # --- finish ---------------------------------------------------------------------
