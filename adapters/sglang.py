@@ -242,6 +242,7 @@ class Pools:
 def new_cache(page: int, window: Group | None, mamba: bool, pools: Pools) -> Any:
     """An empty ``UnifiedRadixCache`` on CPU: full KV alone, with an SWA component
     for ``window``, or with a Mamba component (page size 1)."""
+    components: tuple[Any, ...]
     if mamba:
         requests, allocator = _mamba_pools(pools)
         components = (ComponentType.FULL, ComponentType.MAMBA)

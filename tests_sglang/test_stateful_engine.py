@@ -56,7 +56,7 @@ def test_a_prefix_is_reused_then_evicted_for_a_new_request() -> None:
 
 def test_window_kv_behind_the_window_is_freed_and_the_hit_reads_only_the_window() -> None:
     """SGLang's window of 2 (exclusive) after a prefill of 6 tokens keeps the window
-    KV of the 2 tokens before the last and the last (common.py:110: the threshold is
+    KV of the 2 tokens before the last and the last (common.py:116: the threshold is
     pre_len - max(window, page), pre_len = T - 1); a hit of 6 reads blocks 4 and 5."""
     window = {"kind": "sliding_window", "block_size": 1, "window": 2}
     exclusive = {**window, "window_convention": "exclusive"}
