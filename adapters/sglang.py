@@ -229,14 +229,15 @@ class Built:
 
 @dataclass(frozen=True)
 class Pools:
-    """The sizes of an SGLang cache's pools: ``tokens`` KV slots (a whole number of
-    pages; the window pool has as many), ``rows`` request rows of ``context`` tokens
-    each, and ``states`` Mamba state slots."""
+    """The sizes of an SGLang cache's pools: ``tokens`` KV slots and ``window_tokens``
+    window KV slots (whole numbers of pages; None: as many), ``rows`` request rows of
+    ``context`` tokens each, and ``states`` Mamba state slots."""
 
     tokens: int
     rows: int
     context: int
     states: int = 0
+    window_tokens: int | None = None
 
 
 def new_cache(page: int, window: Group | None, mamba: bool, pools: Pools) -> Any:
@@ -272,9 +273,10 @@ def _rows(pools: Pools) -> Any:
 
 def _window_pools(page: int, pools: Pools) -> tuple[Any, Any]:
     size = pools.tokens
+    size_swa = size if pools.window_tokens is None else pools.window_tokens
     kv = SWAKVPool(
         size=size,
-        size_swa=size,
+        size_swa=size_swa,
         page_size=page,
         swa_attention_layer_ids=[1],
         full_attention_layer_ids=[0],
@@ -282,7 +284,7 @@ def _window_pools(page: int, pools: Pools) -> tuple[Any, Any]:
     )
     allocator = SWATokenToKVPoolAllocator(
         size=size,
-        size_swa=size,
+        size_swa=size_swa,
         page_size=page,
         dtype=KV["dtype"],
         device="cpu",

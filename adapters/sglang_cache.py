@@ -3,7 +3,10 @@
 The stateless ``sglang`` target (:mod:`kvhit.adapters.sglang`) builds one cache per
 query. This one lets SGLang 0.5.23 build its cache state itself: one cache on CPU
 for the program's groups (:func:`kvhit.adapters.sglang.new_cache`, ``num_blocks``
-pages of KV, as many window KV pages, and ``num_blocks`` Mamba state slots),
+pages of KV, half as many window KV pages, as SGLang sizes its window pool smaller
+(``swa_full_tokens_ratio``, default 0.8: ``arg_groups/fields/schedule.py:150``,
+``model_executor/pool_configurator.py:881``), so that window KV alone runs short too,
+and ``num_blocks`` Mamba state slots),
 driven with SGLang's own ``Req`` objects through the calls its scheduler makes, so
 that matching, locking, allocation, eviction, insertion, the freeing of window KV
 that left the window and the Mamba checkpoints are all SGLang's
@@ -99,7 +102,8 @@ class SglangCacheEngine:
         self.tree: Shape = shape(self.groups, alignment)
         self.num_blocks = config["num_blocks"]
         page = self.tree.page
-        pools = Pools(self.num_blocks * page, ROWS, CONTEXT, self.num_blocks)
+        window_pages = max(1, self.num_blocks // 2)
+        pools = Pools(self.num_blocks * page, ROWS, CONTEXT, self.num_blocks, window_pages * page)
         try:
             self.cache = new_cache(page, self.tree.window, self.tree.mamba_index is not None, pools)
         except (AssertionError, ValueError) as err:

@@ -75,6 +75,23 @@ def test_window_kv_behind_the_window_is_freed_and_the_hit_reads_only_the_window(
     assert second["reused"][1] == [held[j] for j in needed] == held[4:6]
 
 
+def test_window_kv_alone_is_evicted_when_the_window_pool_runs_short() -> None:
+    """8 pages of full KV, 4 of window KV: the second request takes the window KV of
+    the first one's older tokens (one freed behind its window, one evicted from the
+    tree, which keeps the full KV); the third still hits all 3 tokens, reading only
+    the window KV of the last."""
+    window = {"kind": "sliding_window", "block_size": 1, "window": 1}
+    sglang = engine([FULL1, {**window, "window_convention": "exclusive"}], 8)
+    first = sglang.admit(0, [1, 2, 3])
+    sglang.finish(0)
+    assert sglang.snapshot([1, 2, 3, 9])["cached"] == [[True] * 3, [False, True, True]]
+    second = sglang.admit(1, [4, 5, 6])
+    assert set(second["tables"][1]) & set(first["tables"][1]) == set(first["tables"][1][:2])
+    assert sglang.snapshot([1, 2, 3, 9])["cached"] == [[True] * 3, [False, False, True]]
+    third = sglang.admit(2, [1, 2, 3, 9])
+    assert third["length"] == 3 and third["reused"][1] == [first["tables"][1][2]]
+
+
 def test_mamba_hits_only_where_sglang_kept_a_state() -> None:
     sglang = engine([FULL1, MAMBA], 12)
     sglang.admit(0, [1, 2, 3])
