@@ -151,39 +151,65 @@ def _within(row: tuple[bool, ...], full: int, what: str) -> tuple[bool, ...]:
     return tuple(row[:full]) + (False,) * (full - len(row[:full]))
 
 
-def layout(q: Query) -> Layout:
-    """Check that SGLang's tree can hold the query's state, and how."""
-    kinds = [g.kind for g in q.groups]
-    if any(g.eagle for g in q.groups):
+@dataclass(frozen=True)
+class Shape:
+    """The groups as one SGLang tree: its page size, the full group's index, and the
+    window group or the Mamba group's index if there is one."""
+
+    page: int
+    full: int
+    window: Group | None = None
+    window_index: int | None = None
+    mamba_index: int | None = None
+
+
+def shape(groups: tuple[Group, ...], alignment: int) -> Shape:
+    """How SGLang's tree holds these groups; Unsupported if it cannot.
+
+    >>> tree = shape((Group("sliding_window", 2, window=3), Group("full", 2)), 2)
+    >>> tree.page, tree.full, tree.window_index, tree.mamba_index
+    (2, 1, 0, None)
+    """
+    kinds = [g.kind for g in groups]
+    if any(g.eagle for g in groups):
         raise Unsupported("SGLang's EAGLE cache keys its tree by token pairs; no block is dropped")
     if kinds.count(Kind.FULL) != 1 or len(kinds) > 2 or Kind.CHUNKED_LOCAL in kinds:
         raise Unsupported(
             "SGLang's hybrid radix caches hold one full group plus at most one "
             f"sliding_window or mamba group; got {', '.join(kinds)}"
         )
-    page = q.groups[0].block_size
-    if any(g.block_size != page for g in q.groups) or q.alignment != page:
+    page = groups[0].block_size
+    if any(g.block_size != page for g in groups) or alignment != page:
         raise Unsupported("SGLang has one page size: every block size and A must be equal")
-    by_kind = dict(zip(kinds, zip(q.groups, q.cached)))
-    full = _row_prefix(by_kind[Kind.FULL][1])
-    window: Group | None = None
-    window_row: tuple[bool, ...] = ()
-    mamba_row: tuple[bool, ...] | None = None
-    if Kind.SLIDING_WINDOW in by_kind:
-        window, row = by_kind[Kind.SLIDING_WINDOW]
-        if window_before(window) < 1:
+    out = Shape(page, kinds.index(Kind.FULL))
+    if Kind.SLIDING_WINDOW in kinds:
+        index = kinds.index(Kind.SLIDING_WINDOW)
+        if window_before(groups[index]) < 1:
             raise Unsupported("SGLang needs a positive sliding_window_size (exclusive window)")
-        window_row = _within(row, full, "window")
-    if Kind.MAMBA in by_kind:
+        out = Shape(page, out.full, groups[index], index)
+    if Kind.MAMBA in kinds:
         if page != 1:
             raise Unsupported("SGLang's Mamba cache without its extra buffer needs page size 1")
-        mamba_row = _within(by_kind[Kind.MAMBA][1], full, "Mamba")
+        out = Shape(page, out.full, mamba_index=kinds.index(Kind.MAMBA))
+    return out
+
+
+def layout(q: Query) -> Layout:
+    """Check that SGLang's tree can hold the query's state, and how."""
+    tree = shape(q.groups, q.alignment)
+    full = _row_prefix(q.cached[tree.full])
+    window_row: tuple[bool, ...] = ()
+    mamba_row: tuple[bool, ...] | None = None
+    if tree.window_index is not None:
+        window_row = _within(q.cached[tree.window_index], full, "window")
+    if tree.mamba_index is not None:
+        mamba_row = _within(q.cached[tree.mamba_index], full, "Mamba")
         if full and not mamba_row[-1]:
             raise Unsupported(
                 f"SGLang keeps a Mamba state on every leaf: the last full block {full - 1} "
                 "needs a cached state (evicting it drops the leaf's full KV too)"
             )
-    return Layout(page, full, window, window_row, mamba_row)
+    return Layout(tree.page, full, tree.window, window_row, mamba_row)
 
 
 def key(tokens: int) -> Any:
@@ -201,21 +227,118 @@ class Built:
     mamba_slots: dict[int, int]
 
 
-def _params(lay: Layout, pool: Any, allocator: Any, components: tuple[Any, ...]) -> Any:
-    window = window_before(lay.window) if lay.window is not None else None
-    return CacheInitParams(
+@dataclass(frozen=True)
+class Pools:
+    """The sizes of an SGLang cache's pools: ``tokens`` KV slots and ``window_tokens``
+    window KV slots (whole numbers of pages; None: as many), ``rows`` request rows of
+    ``context`` tokens each, and ``states`` Mamba state slots."""
+
+    tokens: int
+    rows: int
+    context: int
+    states: int = 0
+    window_tokens: int | None = None
+
+
+def new_cache(page: int, window: Group | None, mamba: bool, pools: Pools) -> Any:
+    """An empty ``UnifiedRadixCache`` on CPU: full KV alone, with an SWA component
+    for ``window``, or with a Mamba component (page size 1)."""
+    components: tuple[Any, ...]
+    if mamba:
+        requests, allocator = _mamba_pools(pools)
+        components = (ComponentType.FULL, ComponentType.MAMBA)
+    elif window is not None:
+        requests, allocator = _window_pools(page, pools)
+        components = (ComponentType.FULL, ComponentType.SWA)
+    else:
+        requests, allocator = _full_pools(page, pools)
+        components = (ComponentType.FULL,)
+    params = CacheInitParams(
         disable=False,
-        req_to_token_pool=pool,
+        req_to_token_pool=requests,
         token_to_kv_pool_allocator=allocator,
-        page_size=lay.page,
-        sliding_window_size=window,
+        page_size=page,
+        sliding_window_size=window_before(window) if window is not None else None,
         tree_components=components,
         tree_core_backend=TREE_CORE,
     )
+    return UnifiedRadixCache(params)
 
 
-def _size(lay: Layout) -> int:
-    return lay.tokens + 2 * lay.page
+def _rows(pools: Pools) -> Any:
+    return ReqToTokenPool(
+        size=pools.rows, max_context_len=pools.context, device="cpu", enable_memory_saver=False
+    )
+
+
+def _window_pools(page: int, pools: Pools) -> tuple[Any, Any]:
+    size = pools.tokens
+    size_swa = size if pools.window_tokens is None else pools.window_tokens
+    kv = SWAKVPool(
+        size=size,
+        size_swa=size_swa,
+        page_size=page,
+        swa_attention_layer_ids=[1],
+        full_attention_layer_ids=[0],
+        **KV,
+    )
+    allocator = SWATokenToKVPoolAllocator(
+        size=size,
+        size_swa=size_swa,
+        page_size=page,
+        dtype=KV["dtype"],
+        device="cpu",
+        kvcache=kv,
+        need_sort=False,
+    )
+    return _rows(pools), allocator
+
+
+def _mamba_pools(pools: Pools) -> tuple[Any, Any]:
+    shape = Mamba2StateShape.create(tp_world_size=1, state_size=4, conv_kernel=2, **MAMBA_SHAPE)
+    requests = HybridReqToTokenPool(
+        size=pools.rows,
+        mamba_size=pools.states,
+        mamba_spec_state_size=1,
+        max_context_len=pools.context,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=Mamba2CacheParams(shape=shape, layers=[1]),
+        mamba_layer_ids=[1],
+        enable_mamba_extra_buffer=False,
+    )
+    kv = HybridLinearKVPool(
+        size=pools.tokens,
+        page_size=1,
+        full_attention_layer_ids=[0],
+        mamba_pool=requests.mamba_pool,
+        **KV,
+    )
+    allocator = TokenToKVPoolAllocator(
+        size=pools.tokens, dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False
+    )
+    return requests, allocator
+
+
+def _full_pools(page: int, pools: Pools) -> tuple[Any, Any]:
+    size = pools.tokens
+    kv = MHATokenToKVPool(size=size, page_size=page, layer_num=1, enable_memory_saver=False, **KV)
+    if page == 1:
+        allocator = TokenToKVPoolAllocator(
+            size=size, dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False
+        )
+    else:
+        allocator = PagedTokenToKVPoolAllocator(
+            size, page, KV["dtype"], "cpu", kvcache=kv, need_sort=False
+        )
+    return _rows(pools), allocator
+
+
+def _built_cache(lay: Layout) -> Any:
+    """An empty cache big enough for the layout's one request."""
+    size = lay.tokens + 2 * lay.page
+    pools = Pools(size, 1, size, lay.full_blocks + 1)
+    return new_cache(lay.page, lay.window, lay.mamba_row is not None, pools)
 
 
 def allocate(allocator: Any, lay: Layout) -> torch.Tensor:
@@ -232,27 +355,8 @@ def allocate(allocator: Any, lay: Layout) -> torch.Tensor:
 def build_window_cache(lay: Layout) -> Built:
     """A full + sliding window tree: the window runs inserted in order, each with the
     window KV before it freed and ``swa_evicted_seqlen`` at its start."""
-    size = _size(lay)
-    kv = SWAKVPool(
-        size=size,
-        size_swa=size,
-        page_size=lay.page,
-        swa_attention_layer_ids=[1],
-        full_attention_layer_ids=[0],
-        **KV,
-    )
-    allocator = SWATokenToKVPoolAllocator(
-        size=size,
-        size_swa=size,
-        page_size=lay.page,
-        dtype=KV["dtype"],
-        device="cpu",
-        kvcache=kv,
-        need_sort=False,
-    )
-    requests = ReqToTokenPool(size=1, max_context_len=size, device="cpu", enable_memory_saver=False)
-    components = (ComponentType.FULL, ComponentType.SWA)
-    cache = UnifiedRadixCache(_params(lay, requests, allocator, components))
+    cache = _built_cache(lay)
+    allocator = cache.token_to_kv_pool_allocator
     slots = allocate(allocator, lay)
     inserted = 0
     for start, end in window_runs(lay.window_row) + [(lay.full_blocks, lay.full_blocks)]:
@@ -286,32 +390,9 @@ def build_mamba_cache(lay: Layout) -> Built:
     """A full + Mamba tree: a state inserted at every boundary, the uncached ones
     first, then ``evict`` of exactly that many states (the least recently used)."""
     assert lay.mamba_row is not None
-    size = _size(lay)
-    shape = Mamba2StateShape.create(tp_world_size=1, state_size=4, conv_kernel=2, **MAMBA_SHAPE)
-    requests = HybridReqToTokenPool(
-        size=1,
-        mamba_size=lay.full_blocks + 1,
-        mamba_spec_state_size=1,
-        max_context_len=size,
-        device="cpu",
-        enable_memory_saver=False,
-        cache_params=Mamba2CacheParams(shape=shape, layers=[1]),
-        mamba_layer_ids=[1],
-        enable_mamba_extra_buffer=False,
-    )
-    kv = HybridLinearKVPool(
-        size=size,
-        page_size=1,
-        full_attention_layer_ids=[0],
-        mamba_pool=requests.mamba_pool,
-        **KV,
-    )
-    allocator = TokenToKVPoolAllocator(
-        size=size, dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False
-    )
-    components = (ComponentType.FULL, ComponentType.MAMBA)
-    cache = UnifiedRadixCache(_params(lay, requests, allocator, components))
-    slots = allocate(allocator, lay)
+    cache = _built_cache(lay)
+    requests = cache.req_to_token_pool
+    slots = allocate(cache.token_to_kv_pool_allocator, lay)
     ends = range(1, lay.full_blocks + 1)
     dropped = [e for e in ends if not lay.mamba_row[e - 1]]
     mamba_slots = {}
@@ -330,21 +411,8 @@ def build_mamba_cache(lay: Layout) -> Built:
 
 def build_full_cache(lay: Layout) -> Built:
     """A full attention tree alone: one insert of the cached prefix."""
-    size = _size(lay)
-    kv = MHATokenToKVPool(
-        size=size, page_size=lay.page, layer_num=1, enable_memory_saver=False, **KV
-    )
-    if lay.page == 1:
-        allocator = TokenToKVPoolAllocator(
-            size=size, dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False
-        )
-    else:
-        allocator = PagedTokenToKVPoolAllocator(
-            size, lay.page, KV["dtype"], "cpu", kvcache=kv, need_sort=False
-        )
-    requests = ReqToTokenPool(size=1, max_context_len=size, device="cpu", enable_memory_saver=False)
-    cache = UnifiedRadixCache(_params(lay, requests, allocator, (ComponentType.FULL,)))
-    slots = allocate(allocator, lay)
+    cache = _built_cache(lay)
+    slots = allocate(cache.token_to_kv_pool_allocator, lay)
     if lay.tokens:
         cache.insert(InsertParams(key=key(lay.tokens), value=slots.clone()))
     return Built(cache, slots, {})

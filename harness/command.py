@@ -351,6 +351,7 @@ def fuzz(
     scope_file: str | None,
     stateful: bool,
     steps: int,
+    shapes: str | None,
 ) -> None:
     """Check random queries against the reference until --seconds pass or --cases are done
     (or, with --every-state, every cache state of the given groups).
@@ -365,6 +366,7 @@ def fuzz(
         o = options
         refuse(isolate=o.isolate, ray=o.ray_address, every_state=scope_file)
         plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps, "kinds": picked}
+        plan["shapes"] = shapes
         plan |= {"max_tokens": 2 * max_blocks, "stop_at_first": False}
         run_stateful(o.target, o.target_cmd, o.timeout, plan, seconds, cases, o.as_json)
     phases: Callable[[], list[Phase]]
@@ -388,7 +390,12 @@ def fuzz(
 @stateful_options
 @harness_command
 def gate(
-    options: RunSettings, junit: str | None, keep_going: bool, stateful: bool, steps: int
+    options: RunSettings,
+    junit: str | None,
+    keep_going: bool,
+    stateful: bool,
+    steps: int,
+    shapes: str | None,
 ) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
     for --seconds (default 20). Stops at the first disagreement unless --keep-going."""
@@ -396,7 +403,7 @@ def gate(
     budget = DEFAULT_SECONDS if o.seconds is None else o.seconds
     if stateful:
         refuse(isolate=o.isolate, ray=o.ray_address)
-        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps}
+        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps, "shapes": shapes}
         plan["stop_at_first"] = not keep_going
         run_stateful(o.target, o.target_cmd, o.timeout, plan, budget, o.cases, o.as_json, junit)
     phases = functools.partial(gate_phases, budget, o.seed, cases=o.cases)

@@ -51,6 +51,7 @@ from kvhit.harness.runner import Runner
 from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step, disagreement_of
 from kvhit.harness.stateful_protocol import Admit, Finish, Program
 from kvhit.harness.strategies import group_configs
+from kvhit.model.spec import Group, Kind, WindowConvention
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 BATCH = 25  # programs per Hypothesis run
@@ -72,6 +73,38 @@ def engines(
     one_request = sum(-(-max_tokens // g.block_size) for g in groups)
     num_blocks = one_request + 1 + draw(st.integers(0, one_request))
     return Program(groups, num_blocks, alignment)
+
+
+@st.composite
+def one_tree_engines(
+    draw: st.DrawFn, kinds: Sequence[str], max_tokens: int, block_sizes: Sequence[int]
+) -> Program:
+    """An engine one radix tree can hold (SGLang's ``UnifiedRadixCache``): one full
+    group, and with it at most one sliding window (either convention, reaching 1-4
+    blocks back) or one mamba group (block size 1), in either order; one block size
+    b and A = b; the pool as :func:`engines` draws it."""
+    others = [k for k in (Kind.SLIDING_WINDOW, Kind.MAMBA) if k in kinds]
+    other = draw(st.sampled_from([None, *others]))
+    b = 1 if other == Kind.MAMBA else draw(st.sampled_from(block_sizes))
+    groups = [Group(Kind.FULL, b)]
+    if other == Kind.SLIDING_WINDOW:
+        before = draw(st.integers(1, 4 * b))
+        convention = draw(st.sampled_from(list(WindowConvention)))
+        inclusive = convention == WindowConvention.INCLUSIVE
+        window = before + 1 if inclusive else before
+        groups.append(Group(other, b, window=window, window_convention=convention))
+    elif other == Kind.MAMBA:
+        groups.append(Group(other, b))
+    if draw(st.booleans()):
+        groups.reverse()
+    one_request = -(-max_tokens // b) * len(groups)
+    num_blocks = one_request + 1 + draw(st.integers(0, one_request))
+    return Program(tuple(groups), num_blocks, b)
+
+
+SHAPES = {"any": engines, "one-tree": one_tree_engines}
+"""The engine configurations a campaign draws: ``any`` (every kind, mixed block
+sizes) or ``one-tree`` (what one radix tree holds)."""
 
 
 def tokens(min_size: int, max_size: int) -> st.SearchStrategy[tuple[int, ...]]:
@@ -118,6 +151,7 @@ class Campaign:
     target: str
     out_dir: Path | None = None
     kinds: Sequence[str] = CHOICES
+    shapes: str = "any"  # a key of SHAPES
     block_sizes: Sequence[int] = (1, 2, 4)
     max_tokens: int = 16
     steps: int = 20
@@ -248,7 +282,8 @@ class ProgramMachine(RuleBasedStateMachine):
         c = self.campaign
         if c.hunting is None and c.spent():
             c.stop()
-        program = data.draw(engines(c.kinds, c.max_tokens, c.block_sizes), label="engine")
+        drawn = SHAPES[c.shapes](c.kinds, c.max_tokens, c.block_sizes)
+        program = data.draw(drawn, label="engine")
         self.run = ProgramRun(c.runner, program)
         started = self.run.start()
         if c.hunting is None:

@@ -62,10 +62,18 @@ FORMAT = "kvhit-stateful/1"
 BUILTINS: dict[str, str] = {
     "impl": "kvhit.impl.stateful_target:StatefulImpl",
     "vllm": "kvhit.adapters.vllm_manager:VllmManagerEngine",
+    "sglang": "kvhit.adapters.sglang_cache:SglangCacheEngine",
 }
+
+DEFAULT_SHAPES = {"sglang": "one-tree"}
+"""The engine configurations a campaign draws for a built-in target, when not given
+(:data:`kvhit.harness.stateful_machine.SHAPES`): SGLang's one radix tree holds only
+one full group with at most one window or mamba group, of one block size."""
 
 INSTALL_HINTS = {
     "vllm": "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)",
+    "sglang": "SGLang is not installed here; install it with scripts/install-sglang.sh "
+    "(see the README)",
 }
 
 

@@ -16,6 +16,7 @@ NEEDS = {  # modules that import an optional engine
     "kvhit.adapters.vllm": "vllm",
     "kvhit.adapters.vllm_manager": "vllm",
     "kvhit.adapters.sglang": "sglang",
+    "kvhit.adapters.sglang_cache": "sglang",
 }
 
 

@@ -197,6 +197,21 @@ class Recorder:
         self.runner.close()
 
 
+def test_one_tree_shapes_are_what_one_radix_tree_holds() -> None:
+    recorder = Recorder(open_stateful("impl"))
+    campaign = Campaign(recorder, "impl", steps=4, shapes="one-tree").run(programs=60)
+    configs = [json.loads(m) for m in recorder.messages if json.loads(m)["op"] == "create"]
+    kinds = set()
+    for config in configs:
+        groups = config["groups"]
+        sizes = {g["block_size"] for g in groups}
+        assert [g["kind"] for g in groups].count("full") == 1 and len(groups) <= 2
+        assert sizes == {config["alignment"]} and not any(g["eagle"] for g in groups)
+        assert all(g["block_size"] == 1 for g in groups if g["kind"] == "mamba")
+        kinds |= {g["kind"] for g in groups}
+    assert kinds == {"full", "sliding_window", "mamba"} and not campaign.found
+
+
 def test_same_seed_same_programs() -> None:
     def messages(seed: int) -> list[str]:
         recorder = Recorder(open_stateful("impl"))
@@ -246,6 +261,14 @@ def test_gate_stateful_catches_saves_and_replays(tmp_path: Path) -> None:
 def test_stateful_bad_usage_exits_2(args: tuple[str, ...], tmp_path: Path) -> None:
     code, _, err = kvhit(*args, cwd=tmp_path)
     assert code == 2 and err.strip()
+
+
+def test_stateful_takes_shapes(tmp_path: Path) -> None:
+    code, report, _ = kvhit(
+        "gate", "--stateful", "--target", "impl", "--shapes", "one-tree", "--cases", "10",
+        "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert code == 0 and report is not None and report["programs"] == 10
 
 
 def test_fuzz_stateful_takes_kinds(tmp_path: Path) -> None:
