@@ -21,6 +21,9 @@ How the protocol maps onto vLLM (docs/design.md §1, against vLLM 0.34):
   distinct would do, since the cache is keyed by chained hashes.
 - Only whole blocks of the request have hashes: a cached bit past block
   ⌊T/b⌋ - 1 cannot be marked (the spec never needs it either).
+- a sliding window is given to vLLM as the inclusive window that needs the same KV
+  (vLLM's ``sliding_window`` counts the token itself): an exclusive window w is
+  ``sliding_window=w+1`` (:func:`kvhit.model.spec.inclusive_window`).
 - ``eagle`` groups get vLLM's ``is_eagle_group`` flag and the coordinator is built
   with ``use_eagle`` when any group has it; drafter specs carry ``is_draft`` (where
   the release has these fields; before 0.20 eagle is all groups or none).
@@ -51,7 +54,7 @@ import torch
 from kvhit.adapters.vllm_release import detect, import_failure, refusal
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query
+from kvhit.model.spec import Group, Query, inclusive_window
 
 try:
     from vllm.utils.hashing import sha256
@@ -95,7 +98,7 @@ def group_spec(g: Group) -> KVCacheSpec:
         return FullAttentionSpec(block_size=g.block_size, **ATTENTION, **draft)
     if g.kind == "sliding_window":
         return SlidingWindowSpec(
-            block_size=g.block_size, sliding_window=g.window, **ATTENTION, **draft
+            block_size=g.block_size, sliding_window=inclusive_window(g), **ATTENTION, **draft
         )
     if g.kind == "chunked_local":
         return ChunkedLocalAttentionSpec(

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvhit.adapters.vllm_release import spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query
+from kvhit.model.spec import Group, Query, window_before
 
 OLDEST = "0.14.0"
 NEWEST = "0.34.0"
@@ -66,12 +67,12 @@ class Divergence:
 
 def same_spec(a: Group, b: Group) -> bool:
     """Whether vLLM gives two groups equal KV cache specs (and so looks them up jointly)."""
-    return (a.kind, a.block_size, a.window, a.chunk) == (b.kind, b.block_size, b.window, b.chunk)
+    return spec_key(a) == spec_key(b)
 
 
 def window_one(q: Query) -> bool:
-    """A sliding window of 1 token (k = 0 blocks before the hit)."""
-    return any(g.kind == "sliding_window" and g.window == 1 for g in q.groups)
+    """A sliding window of 1 token, the token alone (t = 0: no block before the hit)."""
+    return any(g.kind == "sliding_window" and window_before(g) == 0 for g in q.groups)
 
 
 def chunk_off_blocks(q: Query) -> bool:
@@ -103,7 +104,7 @@ def eagle_shares_spec(q: Query) -> bool:
 
 def eagle_windows(q: Query) -> bool:
     """Two eagle sliding window groups with different specs."""
-    specs = {(g.block_size, g.window) for g in q.groups if g.kind == "sliding_window" and g.eagle}
+    specs = {spec_key(g) for g in q.groups if g.kind == "sliding_window" and g.eagle}
     return len(specs) >= 2
 
 

@@ -28,9 +28,10 @@ import textwrap
 from dataclasses import dataclass, fields
 from importlib.metadata import PackageNotFoundError, version
 from math import lcm
+from typing import Any
 
 from kvhit.errors import UndrivableTarget
-from kvhit.model.spec import EAGLE_KINDS, Query
+from kvhit.model.spec import EAGLE_KINDS, Group, Kind, Query, inclusive_window
 
 
 def installed_release() -> str:
@@ -141,6 +142,18 @@ def detect() -> Release:
     )
 
 
+def spec_key(g: Group) -> tuple[Any, ...]:
+    """What vLLM's KV cache spec of group g is made of: kind, block size, the window as
+    vLLM counts it (inclusive, so an exclusive w and an inclusive w+1 are one spec) and
+    the chunk. Two groups with equal keys have equal specs.
+
+    >>> spec_key(Group("sliding_window", 1, window=2, window_convention="exclusive"))
+    (<Kind.SLIDING_WINDOW: 'sliding_window'>, 1, 3, None)
+    """
+    window = inclusive_window(g) if g.kind == Kind.SLIDING_WINDOW else None
+    return g.kind, g.block_size, window, g.chunk
+
+
 def refusal(q: Query, release: Release) -> str | None:
     """Why vLLM ``release`` cannot be asked query ``q``, or None if it can.
 
@@ -152,7 +165,7 @@ def refusal(q: Query, release: Release) -> str | None:
     'vLLM 0.14.0 has no scheduler_block_size: hits are aligned to the lcm of the block sizes (4), not A=8'
     """
     sizes = [g.block_size for g in q.groups]
-    specs = {(g.kind, g.block_size, g.window, g.chunk) for g in q.groups}
+    specs = {spec_key(g) for g in q.groups}
     if len(q.groups) > 1 and len(specs) == 1 and release.hybrid_needs_two_specs:
         return (
             f"vLLM {release.name}'s hybrid coordinator asserts that the groups have at "

@@ -47,6 +47,12 @@ BUILTINS: dict[str, str] = {
     "sglang": "kvhit.adapters.sglang:sglang_target",
 }
 
+SHAPES: dict[str, str] = {"sglang": "sglang"}
+"""The shape ``kvhit fuzz`` and ``gate`` draw for a built-in target by default (``any``
+for the others): only states that target can hold
+(:class:`kvhit.harness.random_cases.Shape`), for the stateless target and for the
+stateful engine of that name alike."""
+
 VLLM_HINT = "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)"
 SGLANG_HINT = (
     "SGLang is not installed here; install it with scripts/install-sglang.sh (see the README)"

@@ -29,7 +29,7 @@ from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
 from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
-from kvhit.harness.random_cases import CHOICES, Choice, choices
+from kvhit.harness.random_cases import CHOICES, Choice, Shape, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
 from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
 from kvhit.harness.stateful_command import refuse, replay_program, run_stateful, stateful_options
@@ -37,6 +37,7 @@ from kvhit.harness.stateful_protocol import is_program_file
 from kvhit.inputs import read_queries, read_text
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
+from kvhit.targets import SHAPES
 
 DEFAULT_OUT = "kvhit-disagreements"
 FUZZ_SECONDS = 10.0
@@ -89,6 +90,13 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--out", default=DEFAULT_OUT, show_default=True, help="Replay files go here."
             ),
+            click.option(
+                "--shape",
+                type=click.Choice([str(s) for s in Shape]),
+                help="What is drawn: queries (or, with --stateful, engine configurations) of "
+                "every kind and mix (any), or only what SGLang's one radix tree holds "
+                "(sglang). Default: sglang for --target sglang, else any.",
+            ),
             click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
             click.option(
                 "--jobs",
@@ -120,6 +128,7 @@ class RunSettings:
     seconds: float | None
     cases: int | None
     seed: int
+    shape: str | None
     out: str
     as_json: bool
     jobs: int
@@ -136,6 +145,12 @@ class RunSettings:
             stop_at_first,
             isolate=self.isolate,
         )
+
+    def drawn_shape(self) -> Shape:
+        """--shape, or the shape the built-in target declares (:data:`kvhit.targets.SHAPES`)."""
+        if self.shape is not None:
+            return Shape(self.shape)
+        return Shape(SHAPES.get(self.target or "", Shape.ANY))
 
     def run(self, campaign: Campaign, total: int | None = None) -> tuple[Tally, float, Console]:
         """Run ``campaign`` on the --jobs with a progress bar; the tally, the seconds
@@ -351,7 +366,6 @@ def fuzz(
     scope_file: str | None,
     stateful: bool,
     steps: int,
-    shapes: str | None,
 ) -> None:
     """Check random queries against the reference until --seconds pass or --cases are done
     (or, with --every-state, every cache state of the given groups).
@@ -366,7 +380,7 @@ def fuzz(
         o = options
         refuse(isolate=o.isolate, ray=o.ray_address, every_state=scope_file)
         plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps, "kinds": picked}
-        plan["shapes"] = shapes
+        plan["shape"] = o.drawn_shape()
         plan |= {"max_tokens": 2 * max_blocks, "stop_at_first": False}
         run_stateful(o.target, o.target_cmd, o.timeout, plan, seconds, cases, o.as_json)
     phases: Callable[[], list[Phase]]
@@ -377,7 +391,10 @@ def fuzz(
         total = states if cases is None else min(states, cases * len(scopes))
         phases = functools.partial(scope_phases, scopes, seconds, cases)
     else:
-        phases = functools.partial(random_phases, options.seed, max_blocks, picked, seconds, cases)
+        shape = options.drawn_shape()
+        phases = functools.partial(
+            random_phases, options.seed, max_blocks, picked, seconds, cases, shape
+        )
         total = cases
     tally, took, console = options.run(options.campaign(phases), total)
     options.finish(tally, took, console)
@@ -395,18 +412,18 @@ def gate(
     keep_going: bool,
     stateful: bool,
     steps: int,
-    shapes: str | None,
 ) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
-    for --seconds (default 20). Stops at the first disagreement unless --keep-going."""
+    (of --shape) for --seconds (default 20). Stops at the first disagreement unless
+    --keep-going."""
     o = options
     budget = DEFAULT_SECONDS if o.seconds is None else o.seconds
     if stateful:
         refuse(isolate=o.isolate, ray=o.ray_address)
-        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps, "shapes": shapes}
+        plan = {"out_dir": Path(o.out), "seed": o.seed, "steps": steps, "shape": o.drawn_shape()}
         plan["stop_at_first"] = not keep_going
         run_stateful(o.target, o.target_cmd, o.timeout, plan, budget, o.cases, o.as_json, junit)
-    phases = functools.partial(gate_phases, budget, o.seed, cases=o.cases)
+    phases = functools.partial(gate_phases, budget, o.seed, cases=o.cases, shape=o.drawn_shape())
     tally, took, console = o.run(o.campaign(phases, stop_at_first=not keep_going))
     if junit:
         Path(junit).write_text(junit_xml(tally.target, tally.cases, took, tally.found))

@@ -45,7 +45,9 @@ def near_multiples(unit: int, count: int) -> list[int]:
 
 
 def boundary_groups(block_sizes: Sequence[int] = (1, 2)) -> Iterator[Group]:
-    """Groups of every kind whose windows and chunks sit on and next to block boundaries."""
+    """Groups of every kind whose windows and chunks sit on and next to block boundaries.
+    Inclusive windows reach t = w - 1 tokens back; one exclusive window per block size
+    reaches one token past the last of them (t = 2b + 1)."""
     for b in block_sizes:
         yield Group("full", b)
         yield Group("full", b, eagle=True)
@@ -53,6 +55,7 @@ def boundary_groups(block_sizes: Sequence[int] = (1, 2)) -> Iterator[Group]:
         for w in near_multiples(b, 2):
             yield Group("sliding_window", b, window=w)
             yield Group("sliding_window", b, window=w, eagle=True)
+        yield Group("sliding_window", b, window=2 * b + 1, window_convention="exclusive")
         for c in near_multiples(b, 2):
             yield Group("chunked_local", b, chunk=c)
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.engine import Case, Engine, Phase
-from kvhit.harness.random_cases import CHOICES, random_queries
+from kvhit.harness.random_cases import CHOICES, Shape, random_queries
 
 DEFAULT_SECONDS = 20.0
 
@@ -30,16 +30,24 @@ def corpus_cases() -> Iterator[Case]:
     return ((q, None) for q in corpus.corpus_queries())
 
 
-def random_cases(seed: int, max_blocks: int, kinds: Sequence[str]) -> Iterator[Case]:
-    """Endless seeded random queries."""
-    return ((q, None) for q in random_queries(seed, None, max_blocks, kinds))
+def random_cases(
+    seed: int, max_blocks: int, kinds: Sequence[str], shape: str = Shape.ANY
+) -> Iterator[Case]:
+    """Endless seeded random queries of ``shape``."""
+    return ((q, None) for q in random_queries(seed, None, max_blocks, kinds, shape))
 
 
 def random_phases(
-    seed: int, max_blocks: int, kinds: Sequence[str], seconds: float | None, cases: int | None
+    seed: int,
+    max_blocks: int,
+    kinds: Sequence[str],
+    seconds: float | None,
+    cases: int | None,
+    shape: str = Shape.ANY,
 ) -> list[Phase]:
-    """``kvhit fuzz``'s one phase: seeded random queries for ``seconds`` or ``cases``."""
-    return [Phase("random", random_cases(seed, max_blocks, kinds), seconds, cases)]
+    """``kvhit fuzz``'s one phase: seeded random queries of ``shape`` for ``seconds``
+    or ``cases``."""
+    return [Phase("random", random_cases(seed, max_blocks, kinds, shape), seconds, cases)]
 
 
 def gate_phases(
@@ -48,12 +56,14 @@ def gate_phases(
     max_blocks: int = 8,
     kinds: Sequence[str] = CHOICES,
     cases: int | None = None,
+    shape: str = Shape.ANY,
 ) -> list[Phase]:
-    """The three phases; the random one runs ``seconds`` (and at most ``cases`` cases)."""
+    """The three phases; the random one draws queries of ``shape`` for ``seconds``
+    (and at most ``cases`` cases)."""
     return [
         Phase("exhaustive", exhaustive_cases()),
         Phase("corpus", corpus_cases()),
-        Phase("random", random_cases(seed, max_blocks, kinds), seconds, cases),
+        Phase("random", random_cases(seed, max_blocks, kinds, shape), seconds, cases),
     ]
 
 

@@ -2,7 +2,8 @@
 
 Windows, chunks, M and the cache density are drawn near the values where hits
 change: windows and chunks around multiples of the block size, M around multiples
-of the alignment, and rows that are mostly cached with a few holes.
+of the alignment, and rows that are mostly cached with a few holes. About 30% of the
+windows are exclusive (SGLang's convention), the rest inclusive.
 
     >>> a = [q.to_json() for q in random_queries(seed=3, count=5)]
     >>> b = [q.to_json() for q in random_queries(seed=3, count=5)]
@@ -19,7 +20,7 @@ from functools import cache
 from itertools import count as forever
 from math import lcm
 
-from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Kind, Query
+from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Kind, Query, WindowConvention
 
 
 class Choice(StrEnum):
@@ -82,26 +83,33 @@ def make_group(
 ) -> Group:
     """One group: its kind picked from ``kinds`` (``eagle`` there allows an eagle flag,
     set when ``coin()`` says so), then its ``block_size()`` b, then a window or chunk of
-    ``span(b)`` tokens. Every generator builds its groups here, each drawing its own way.
+    ``span(b)`` tokens; a window is exclusive (SGLang's convention) when a second
+    ``coin()`` says so, else inclusive. Every generator builds its groups here, each
+    drawing its own way (its coin's False, the common case, shrinks first).
 
     >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
-    Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, eagle=True)
+    Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, eagle=True, window_convention=<WindowConvention.EXCLUSIVE: 'exclusive'>)
     """
     kind = pick(drawable(tuple(kinds)))
     b = block_size()
     window = span(b) if kind == Kind.SLIDING_WINDOW else None
     chunk = span(b) if kind == Kind.CHUNKED_LOCAL else None
     eagle = Choice.EAGLE in kinds and kind in EAGLE_KINDS and coin()
-    return Group(kind, b, window, chunk, eagle)
+    exclusive = kind == Kind.SLIDING_WINDOW and coin()
+    convention = WindowConvention.EXCLUSIVE if exclusive else WindowConvention.INCLUSIVE
+    return Group(kind, b, window, chunk, eagle, convention)
 
 
-def random_group(rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int) -> Group:
-    """One group of block size ``b``, windows and chunks near multiples of ``b``."""
+def random_group(
+    rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int, least: int = 1
+) -> Group:
+    """One group of block size ``b``, windows and chunks near multiples of ``b`` (and
+    at least ``least`` tokens)."""
     return make_group(
         kinds,
         rng.choice,
         lambda: b,
-        lambda b: near(rng, b, b * max_blocks),
+        lambda b: max(least, near(rng, b, b * max_blocks)),
         lambda: rng.random() < 0.3,
     )
 
@@ -133,10 +141,76 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     return Query(groups, cached, max_length, num_tokens, alignment)
 
 
+class Shape(StrEnum):
+    """Which queries a generator draws: ``any`` (every kind and mix), or only states
+    one engine can hold (``sglang``: :func:`sglang_query`)."""
+
+    ANY = "any"
+    SGLANG = "sglang"
+
+
+def prefix_blocks(row: Sequence[bool]) -> int:
+    """How many blocks the row caches before its first hole.
+
+    >>> prefix_blocks((True, True, False, True))
+    2
+    """
+    return next((j for j, bit in enumerate(row) if not bit), len(row))
+
+
+def sglang_partners(kinds: Sequence[str], b: int) -> list[Kind]:
+    """The kinds from ``kinds`` SGLang's tree holds beside its full group at block
+    size ``b``: a sliding window, or Mamba (at b = 1 only)."""
+    allowed = (Kind.SLIDING_WINDOW, Kind.MAMBA) if b == 1 else (Kind.SLIDING_WINDOW,)
+    return [k for k in allowed if k in kinds]
+
+
+def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
+    """A random query SGLang's radix tree can hold (:mod:`kvhit.adapters.sglang`): a
+    full group and, nine times in ten, a sliding window or Mamba group from ``kinds``
+    (in either order); one block size b = A; a full row of F cached blocks from block
+    0 and nothing after; window or Mamba bits within those F blocks, the Mamba state
+    after block F - 1 cached; windows of at least 2 tokens (SGLang needs t >= 1).
+
+    >>> rng = random.Random(0)
+    >>> all(len(q.groups) <= 2 for q in (sglang_query(rng) for _ in range(50)))
+    True
+    """
+    b = rng.choice(BLOCK_SIZES)
+    groups = [Group(Kind.FULL, b)]
+    partners = sglang_partners(kinds, b)
+    if partners and rng.random() < 0.9:
+        groups.append(random_group(rng, partners, max_blocks, b, least=2))
+    max_length = max(0, min(b * rng.randint(0, max_blocks) + rng.randint(-1, 1), b * max_blocks))
+    full = prefix_blocks(random_row(rng, max_length // b + 1))
+    rows = [(True,) * full]
+    if len(groups) > 1:
+        bits = (random_row(rng, full) + (False,) * full)[:full]
+        last_state = groups[1].kind == Kind.MAMBA and full > 0
+        rows.append(bits[:-1] + (True,) if last_state else bits)
+    if rng.random() < 0.5:
+        groups.reverse()
+        rows.reverse()
+    num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, b))
+    return Query(tuple(groups), tuple(rows), max_length, num_tokens, b)
+
+
+DRAWERS: dict[Shape, Callable[[random.Random, int, Sequence[str]], Query]] = {
+    Shape.ANY: random_query,
+    Shape.SGLANG: sglang_query,
+}
+
+
 def random_queries(
-    seed: int, count: int | None = None, max_blocks: int = 8, kinds: Sequence[str] = CHOICES
+    seed: int,
+    count: int | None = None,
+    max_blocks: int = 8,
+    kinds: Sequence[str] = CHOICES,
+    shape: str = Shape.ANY,
 ) -> Iterator[Query]:
-    """``count`` random queries (endless when None), the same for the same arguments."""
+    """``count`` random queries of ``shape`` (endless when None), the same for the same
+    arguments."""
     rng = random.Random(seed)
+    drawer = DRAWERS[Shape(shape)]
     for _ in range(count) if count is not None else forever():
-        yield random_query(rng, max_blocks, kinds)
+        yield drawer(rng, max_blocks, kinds)

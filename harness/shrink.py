@@ -2,7 +2,7 @@
 
 Greedy: try each simpler query in turn (fewer groups, a smaller M, fewer blocks,
 fewer cached blocks, smaller windows and chunks, smaller block sizes, no eagle flag,
-the default alignment), keep the first that still has the property, and start over
+an inclusive window for an exclusive one, the default alignment), keep the first that still has the property, and start over
 until nothing simpler has it. Every candidate goes through the protocol's own checks,
 so a shrunk query is always a valid one.
 
@@ -92,9 +92,13 @@ def fewer_cached(q: Json) -> Iterator[Json]:
 
 
 def simpler_groups(q: Json) -> Iterator[Json]:
-    """A group with a smaller window, chunk or block size, or without the eagle flag."""
+    """A group with a smaller window, chunk or block size, without the eagle flag, or
+    with an exclusive window read as inclusive (one token shorter; the convention is
+    kept unless the failure survives that)."""
     for i, g in enumerate(q["groups"]):
         changes: list[Json] = [{"eagle": False}] if g["eagle"] else []
+        if "window_convention" in g:
+            changes.append({"window_convention": "inclusive"})
         for key in ("window", "chunk", "block_size"):
             if key in g:
                 changes += [{key: v} for v in smaller_ints(g[key], 1)]

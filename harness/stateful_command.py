@@ -26,23 +26,15 @@ from kvhit.errors import BadInput, TargetError
 from kvhit.harness.report import junit_xml
 from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of
 from kvhit.harness.stateful import ProgramDisagreement, disagreement_of, run_program
-from kvhit.harness.stateful_machine import SHAPES, Campaign
-from kvhit.harness.stateful_protocol import DEFAULT_SHAPES, load_program_file, open_stateful
+from kvhit.harness.stateful_machine import Campaign
+from kvhit.harness.stateful_protocol import load_program_file, open_stateful
 from kvhit.model.protocol import QueryError
 
 DEFAULT_STEPS = 20
 
 
 def stateful_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--stateful``, ``--steps`` and ``--shapes``."""
-    func = click.option(
-        "--shapes",
-        type=click.Choice(sorted(SHAPES)),
-        help="With --stateful: the engine configurations drawn: any (every kind, mixed "
-        "block sizes) or one-tree (one full group and at most one sliding window or mamba "
-        "group, one block size, as one radix tree holds them). Default: one-tree for "
-        "sglang, else any.",
-    )(func)
+    """``--stateful`` and ``--steps``."""
     func = click.option(
         "--steps",
         type=click.IntRange(min=1),
@@ -96,10 +88,7 @@ def run_stateful(
     """Run a stateful campaign with progress, draw and save what it finds, print the
     summary (or JSON), write ``junit``, and exit 1 if anything disagreed (130 on Ctrl-C).
 
-    ``options`` are :class:`Campaign` fields (``out_dir``, ``seed``, ``steps``, ...);
-    ``shapes`` None is the target's default (:data:`DEFAULT_SHAPES`)."""
-    if options.get("shapes") is None:
-        options = {**options, "shapes": DEFAULT_SHAPES.get(target or "", "any")}
+    ``options`` are :class:`Campaign` fields (``out_dir``, ``seed``, ``steps``, ...)."""
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
     label = label_of(target, target_cmd)
     start = time.monotonic()

@@ -65,11 +65,6 @@ BUILTINS: dict[str, str] = {
     "sglang": "kvhit.adapters.sglang_cache:SglangCacheEngine",
 }
 
-DEFAULT_SHAPES = {"sglang": "one-tree"}
-"""The engine configurations a campaign draws for a built-in target, when not given
-(:data:`kvhit.harness.stateful_machine.SHAPES`): SGLang's one radix tree holds only
-one full group with at most one window or mamba group, of one block size."""
-
 INSTALL_HINTS = {
     "vllm": "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)",
     "sglang": "SGLang is not installed here; install it with scripts/install-sglang.sh "

@@ -27,6 +27,9 @@ from kvhit.harness.random_cases import CHOICES, make_group
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, default_alignment
 
+COIN = st.sampled_from((False,) * 7 + (True,) * 3)
+"""True 30% of the time; shrinks towards False."""
+
 
 @st.composite
 def group_configs(
@@ -36,13 +39,15 @@ def group_configs(
     max_span: int = 4,
 ) -> Group:
     """One group: a kind from ``kinds`` (``eagle`` allows eagle flags), a block size
-    from ``block_sizes``, a window or chunk of up to ``max_span`` blocks."""
+    from ``block_sizes``, a window or chunk of up to ``max_span`` blocks, a window's
+    convention. The eagle and exclusive coins come up 30% of the time, as in
+    :mod:`kvhit.harness.random_cases`, and shrink towards no eagle, inclusive."""
     return make_group(
         kinds,
         lambda options: draw(st.sampled_from(options)),
         lambda: draw(st.sampled_from(block_sizes)),
         lambda b: draw(st.integers(1, max_span * b)),
-        lambda: draw(st.booleans()),
+        lambda: draw(COIN),
     )
 
 

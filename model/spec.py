@@ -182,6 +182,16 @@ def window_before(g: Group) -> Any:
     return g.window if g.exclusive else g.window - 1
 
 
+def inclusive_window(g: Group) -> Any:
+    """The inclusive window that needs the same KV as g's: w, or w+1 for an exclusive
+    window (what an engine that counts windows as vLLM does must be given).
+
+    >>> inclusive_window(Group("sliding_window", 1, window=4, window_convention="exclusive"))
+    5
+    """
+    return window_before(g) + 1
+
+
 def window_span(g: Group, ops: Ops = PY) -> Any:
     """k = ceil(t/b), t = :func:`window_before`: how many blocks before the hit a
     sliding window reaches into (ceil((w-1)/b) under the inclusive convention)."""

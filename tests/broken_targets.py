@@ -92,8 +92,9 @@ def returns_text(query: dict[str, Any]) -> Any:
 
 
 def window_counts_w_before(query: dict[str, Any]) -> int:
-    """Window rule off by one: keeps w tokens before the hit instead of w - 1 (the
-    window does include the token itself)."""
+    """Window rule off by one: keeps one token more before the hit than the window's
+    convention says (w instead of w - 1 for an inclusive window, w + 1 instead of w
+    for an exclusive one)."""
     q = parse_query(query)
     groups = tuple(
         replace(g, window=g.window + 1) if g.kind == "sliding_window" else g for g in q.groups

@@ -197,9 +197,9 @@ class Recorder:
         self.runner.close()
 
 
-def test_one_tree_shapes_are_what_one_radix_tree_holds() -> None:
+def test_the_sglang_shape_is_what_one_radix_tree_holds() -> None:
     recorder = Recorder(open_stateful("impl"))
-    campaign = Campaign(recorder, "impl", steps=4, shapes="one-tree").run(programs=60)
+    campaign = Campaign(recorder, "impl", steps=4, shape="sglang").run(programs=60)
     configs = [json.loads(m) for m in recorder.messages if json.loads(m)["op"] == "create"]
     kinds = set()
     for config in configs:
@@ -263,9 +263,9 @@ def test_stateful_bad_usage_exits_2(args: tuple[str, ...], tmp_path: Path) -> No
     assert code == 2 and err.strip()
 
 
-def test_stateful_takes_shapes(tmp_path: Path) -> None:
+def test_stateful_takes_the_sglang_shape(tmp_path: Path) -> None:
     code, report, _ = kvhit(
-        "gate", "--stateful", "--target", "impl", "--shapes", "one-tree", "--cases", "10",
+        "gate", "--stateful", "--target", "impl", "--shape", "sglang", "--cases", "10",
         "--json", cwd=tmp_path,
     )  # fmt: skip
     assert code == 0 and report is not None and report["programs"] == 10

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import doctest
+from collections import Counter
 
 import pytest
 from cases import mamba_queries, query, window_queries
 
 import kvhit.adapters.sglang as adapter
 from kvhit.adapters.sglang import build, key, layout, sglang_target
+from kvhit.harness.random_cases import Shape, random_queries
 from kvhit.model.protocol import parse_query
 from kvhit.targets import model_target
 
@@ -34,6 +36,20 @@ def test_the_mamba_cache_agrees() -> None:
         agreed += 1
         hits += answer["length"] > 0
     assert agreed > 150 and hits > 100
+
+
+def test_sglang_shaped_random_queries_are_all_answered_and_agree() -> None:
+    """``--shape sglang`` (the gate's default for this target) draws only states the
+    tree holds: every one answered, none ``unsupported``; windows in both conventions."""
+    drawn: Counter[str] = Counter()
+    for q in random_queries(19, 1500, shape=Shape.SGLANG):
+        answer = sglang_target(q.to_json())
+        assert answer == model_target(q.to_json()), q.to_json()
+        drawn.update(g.kind for g in q.groups)
+        drawn["exclusive"] += any(g.exclusive for g in q.groups)
+        drawn["hit"] += answer["length"] > 0
+    assert min(drawn["sliding_window"], drawn["mamba"], drawn["exclusive"]) > 150, drawn
+    assert drawn["hit"] > 500, drawn
 
 
 def test_a_full_attention_tree_alone_agrees() -> None:

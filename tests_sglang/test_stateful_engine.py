@@ -145,7 +145,7 @@ def test_configurations_one_tree_cannot_hold_are_unsupported(
 
 
 def test_the_stateful_gate_finds_nothing_in_sglang() -> None:
-    campaign = Campaign(open_stateful("sglang"), "sglang", shapes="one-tree", stop_at_first=False)
+    campaign = Campaign(open_stateful("sglang"), "sglang", shape="sglang", stop_at_first=False)
     campaign.run(programs=PROGRAMS)
     assert campaign.found == []
     assert campaign.counts["ok"] > PROGRAMS and campaign.counts["rejected"] > 0
@@ -159,7 +159,7 @@ def test_the_stateful_gate_finds_nothing_in_sglang() -> None:
 def test_a_broken_engine_is_caught_and_shrunk(tmp_path: Path, factory: Any, kind: str) -> None:
     runner = CallableRunner(EngineHost(factory), timeout=30.0)
     campaign = Campaign(
-        runner, factory.__name__, tmp_path, kinds=(kind,), shapes="one-tree", shrink_seconds=10
+        runner, factory.__name__, tmp_path, kinds=(kind,), shape="sglang", shrink_seconds=10
     )
     campaign.run(programs=PROGRAMS)
     (found,) = campaign.found
@@ -173,7 +173,7 @@ def test_a_broken_engine_is_caught_and_shrunk(tmp_path: Path, factory: Any, kind
     assert str(run_program(open_stateful("sglang"), saved)[-1].outcome.cls) == "ok"
 
 
-def test_the_command_draws_one_tree_engines_for_sglang(tmp_path: Path) -> None:
+def test_the_command_draws_sglang_shaped_engines_for_sglang(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "kvhit.cli", "gate", "--stateful", "--target", "sglang",
          "--seconds", "4", "--json", "--out", str(tmp_path)],

@@ -20,11 +20,13 @@ from kvhit.model.spec import Query, longest_hit
 
 
 def eagle_group(rng: random.Random, block_size: int) -> dict:
-    """A full, sliding window or mamba group, the first two eagle more often than not."""
+    """A full, sliding window or mamba group, the first two eagle more often than not;
+    a window is exclusive (SGLang's convention) 30% of the time."""
     kind = rng.choice(("sliding_window", "sliding_window", "full", "mamba"))
     group: dict = {"kind": kind, "block_size": block_size}
     if kind == "sliding_window":
         group["window"] = rng.randint(2, 3 * block_size + 1)
+        group["window_convention"] = "exclusive" if rng.random() < 0.3 else "inclusive"
     if kind != "mamba":
         group["eagle"] = rng.random() < 0.7
     return group

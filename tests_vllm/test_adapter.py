@@ -5,12 +5,20 @@ from __future__ import annotations
 import doctest
 
 import pytest
-from cases import refused
+from cases import disagreement, mixed_queries, refused, try_lookup
 from vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize
 
 from kvhit import targets
 from kvhit.adapters import vllm as vllm_adapter
-from kvhit.adapters.vllm import build_coordinator, lookup, mark_cached, request_hashes
+from kvhit.adapters.vllm import (
+    RELEASE,
+    build_coordinator,
+    group_spec,
+    lookup,
+    mark_cached,
+    request_hashes,
+)
+from kvhit.adapters.vllm_divergences import documented
 from kvhit.errors import Unsupported
 from kvhit.harness.runner import CallableRunner
 from kvhit.model.protocol import parse_query
@@ -30,6 +38,40 @@ HYBRID = {
 def test_the_builtin_target_is_the_adapter():
     q = parse_query(HYBRID)
     assert targets.get("vllm")(q.to_json()) == longest_hit(q).to_json()
+
+
+def test_an_exclusive_window_is_given_to_vllm_one_token_longer():
+    """Exclusive w = 2 reaches 2 tokens back: vLLM's (inclusive) sliding_window 3. Given
+    2, vLLM would reuse block 1 alone and answer 2 (unsafe: token 0 is not cached)."""
+    q = parse_query(
+        {
+            "groups": [
+                {"kind": "full", "block_size": 1},
+                {
+                    "kind": "sliding_window",
+                    "block_size": 1,
+                    "window": 2,
+                    "window_convention": "exclusive",
+                },
+            ],
+            "cached": ["11", "01"],
+            "max_length": 2,
+        }
+    )
+    assert group_spec(q.groups[1]).sliding_window == 3
+    assert lookup(q).length == longest_hit(q).length == 0
+
+
+def test_vllm_agrees_with_the_model_on_exclusive_windows():
+    checked = 0
+    for q in mixed_queries(11, 1500):
+        if not any(g.exclusive for g in q.groups) or documented(q, RELEASE.name):
+            continue
+        found = try_lookup(q)
+        if found is not None:
+            assert disagreement(q, found) is None, q.to_json()
+            checked += 1
+    assert checked > 300
 
 
 def test_exactly_the_queried_blocks_are_cached():
