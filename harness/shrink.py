@@ -3,8 +3,9 @@
 Greedy: try each simpler query in turn (fewer groups, a smaller M, fewer blocks,
 fewer cached blocks, smaller windows and chunks, smaller block sizes, no eagle flag,
 an inclusive window for an exclusive one, the default alignment), keep the first
-that still has the property, and start over until nothing simpler has it. Every candidate goes through the protocol's own checks,
-so a shrunk query is always a valid one.
+that still has the property, and start over until nothing simpler has it. Every
+candidate goes through the protocol's own checks, so a shrunk query is always a
+valid one.
 
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}] * 3,
