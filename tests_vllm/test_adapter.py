@@ -63,15 +63,19 @@ def test_an_exclusive_window_is_given_to_vllm_one_token_longer():
 
 
 def test_vllm_agrees_with_the_model_on_exclusive_windows():
-    checked = 0
+    """Releases document different classes (0.14.0 documents most of these states and
+    refuses mixed block sizes), so the floor is a share of the undocumented ones."""
+    undocumented = checked = 0
     for q in mixed_queries(11, 1500):
         if not any(g.exclusive for g in q.groups) or documented(q, RELEASE.name):
             continue
+        undocumented += 1
         found = try_lookup(q)
+        assert (found is None) == refused(q), q.to_json()
         if found is not None:
             assert disagreement(q, found) is None, q.to_json()
             checked += 1
-    assert checked > 300
+    assert checked > 100 and checked > undocumented // 2
 
 
 def test_exactly_the_queried_blocks_are_cached():
