@@ -386,6 +386,11 @@ def fuzz(
     phases: Callable[[], list[Phase]]
     total: int | None
     if scope_file is not None:
+        if options.shape or kinds:
+            raise BadInput(
+                "--shape and --kinds choose random queries; --every-state checks "
+                "every state of FILE's groups instead"
+            )
         scopes = every_state_scopes(scope_file)
         states = sum(scope.states for _, scope in scopes)
         total = states if cases is None else min(states, cases * len(scopes))

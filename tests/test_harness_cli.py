@@ -225,3 +225,6 @@ def test_fuzz_every_state_of_a_users_groups(tmp_path: Path) -> None:
     )
     code, _, stderr = kvhit("fuzz", "--every-state", str(big), "--target", "model", cwd=tmp_path)
     assert code == 2 and "134,217,728 cache states" in stderr
+    for option in (("--shape", "sglang"), ("--kinds", "full")):
+        code, _, stderr = kvhit(*args, *option, "--target", "model", cwd=tmp_path)
+        assert code == 2 and "--every-state checks every state" in stderr
