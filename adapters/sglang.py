@@ -181,17 +181,14 @@ def shape(groups: tuple[Group, ...], alignment: int) -> Shape:
     page = groups[0].block_size
     if any(g.block_size != page for g in groups) or alignment != page:
         raise Unsupported("SGLang has one page size: every block size and A must be equal")
-    out = Shape(page, kinds.index(Kind.FULL))
-    if Kind.SLIDING_WINDOW in kinds:
-        index = kinds.index(Kind.SLIDING_WINDOW)
-        if window_before(groups[index]) < 1:
-            raise Unsupported("SGLang needs a positive sliding_window_size (exclusive window)")
-        out = Shape(page, out.full, groups[index], index)
-    if Kind.MAMBA in kinds:
-        if page != 1:
-            raise Unsupported("SGLang's Mamba cache without its extra buffer needs page size 1")
-        out = Shape(page, out.full, mamba_index=kinds.index(Kind.MAMBA))
-    return out
+    window = kinds.index(Kind.SLIDING_WINDOW) if Kind.SLIDING_WINDOW in kinds else None
+    mamba = kinds.index(Kind.MAMBA) if Kind.MAMBA in kinds else None
+    if window is not None and window_before(groups[window]) < 1:
+        raise Unsupported("SGLang needs a positive sliding_window_size (exclusive window)")
+    if mamba is not None and page != 1:
+        raise Unsupported("SGLang's Mamba cache without its extra buffer needs page size 1")
+    window_group = groups[window] if window is not None else None
+    return Shape(page, kinds.index(Kind.FULL), window_group, window, mamba)
 
 
 def layout(q: Query) -> Layout:

@@ -46,13 +46,13 @@ from hypothesis.stateful import (
 )
 
 from kvhit.harness.compare import NOT_DISAGREEMENTS
-from kvhit.harness.random_cases import CHOICES, Shape
+from kvhit.harness.random_cases import CHOICES, Shape, sglang_partners
 from kvhit.harness.report import save
 from kvhit.harness.runner import Runner
 from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step, disagreement_of
 from kvhit.harness.stateful_protocol import Admit, Finish, Program
 from kvhit.harness.strategies import group_configs
-from kvhit.model.spec import Group, Kind, WindowConvention
+from kvhit.model.spec import Group, Kind
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 BATCH = 25  # programs per Hypothesis run
@@ -71,6 +71,12 @@ def engines(
         drawn.append(draw(group_configs(same, block_sizes, max_span=4)))
     groups = tuple(drawn)
     alignment = lcm(*(g.block_size for g in groups)) * draw(st.sampled_from((1, 2)))
+    return pooled(draw, groups, alignment, max_tokens)
+
+
+def pooled(draw: st.DrawFn, groups: tuple[Group, ...], alignment: int, max_tokens: int) -> Program:
+    """The engine with a pool just big enough for one request of ``max_tokens`` tokens,
+    plus a few blocks."""
     one_request = sum(-(-max_tokens // g.block_size) for g in groups)
     num_blocks = one_request + 1 + draw(st.integers(0, one_request))
     return Program(groups, num_blocks, alignment)
@@ -81,26 +87,18 @@ def one_tree_engines(
     draw: st.DrawFn, kinds: Sequence[str], max_tokens: int, block_sizes: Sequence[int]
 ) -> Program:
     """An engine one radix tree can hold (SGLang's ``UnifiedRadixCache``): one full
-    group, and with it at most one sliding window (either convention, reaching 1-4
-    blocks back) or one mamba group (block size 1), in either order; one block size
-    b and A = b; the pool as :func:`engines` draws it."""
-    others = [k for k in (Kind.SLIDING_WINDOW, Kind.MAMBA) if k in kinds]
-    other = draw(st.sampled_from([None, *others]))
-    b = 1 if other == Kind.MAMBA else draw(st.sampled_from(block_sizes))
+    group, and with it at most one partner SGLang holds at that block size
+    (:func:`kvhit.harness.random_cases.sglang_partners`: a sliding window of 2 tokens
+    to 4 blocks, either convention, or mamba at b = 1), in either order; one block
+    size b and A = b; the pool as :func:`engines` draws it."""
+    b = draw(st.sampled_from(block_sizes))
+    other = draw(st.sampled_from([None, *sglang_partners(kinds, b)]))
     groups = [Group(Kind.FULL, b)]
-    if other == Kind.SLIDING_WINDOW:
-        before = draw(st.integers(1, 4 * b))
-        convention = draw(st.sampled_from(list(WindowConvention)))
-        inclusive = convention == WindowConvention.INCLUSIVE
-        window = before + 1 if inclusive else before
-        groups.append(Group(other, b, window=window, window_convention=convention))
-    elif other == Kind.MAMBA:
-        groups.append(Group(other, b))
+    if other is not None:
+        groups.append(draw(group_configs([other], [b], max_span=4, least=2)))
     if draw(st.booleans()):
         groups.reverse()
-    one_request = -(-max_tokens // b) * len(groups)
-    num_blocks = one_request + 1 + draw(st.integers(0, one_request))
-    return Program(tuple(groups), num_blocks, b)
+    return pooled(draw, tuple(groups), b, max_tokens)
 
 
 SHAPES = {Shape.ANY: engines, Shape.SGLANG: one_tree_engines}

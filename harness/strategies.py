@@ -37,16 +37,17 @@ def group_configs(
     kinds: Sequence[str] = CHOICES,
     block_sizes: Sequence[int] = (1, 2, 4),
     max_span: int = 4,
+    least: int = 1,
 ) -> Group:
     """One group: a kind from ``kinds`` (``eagle`` allows eagle flags), a block size
-    from ``block_sizes``, a window or chunk of up to ``max_span`` blocks, a window's
-    convention. The eagle and exclusive coins come up 30% of the time, as in
+    from ``block_sizes``, a window or chunk of ``least`` tokens to ``max_span`` blocks,
+    a window's convention. The eagle and exclusive coins come up 30% of the time, as in
     :mod:`kvhit.harness.random_cases`, and shrink towards no eagle, inclusive."""
     return make_group(
         kinds,
         lambda options: draw(st.sampled_from(options)),
         lambda: draw(st.sampled_from(block_sizes)),
-        lambda b: draw(st.integers(1, max_span * b)),
+        lambda b: draw(st.integers(least, max(least, max_span * b))),
         lambda: draw(COIN),
     )
 

@@ -75,17 +75,13 @@ class SymQuery:
     def concrete(self, model: z3.ModelRef) -> Query:
         """The protocol query the solver's model describes (checked by the parser)."""
         q = self.query
-
-        def num(x: Any) -> int:
-            return model_int(model, x)
-
         groups = [protocol_group(g, model) for g in q.groups]
-        max_length = num(q.max_length)
+        max_length = model_int(model, q.max_length)
         rows = []
         for g, row, count in zip(q.groups, q.cached, self.blocks):
             bits = row.values(model, count)
             # only the blocks a hit of at most M can look at are shown
-            need = max_length // num(g.block_size) + (1 if g.eagle else 0)
+            need = max_length // model_int(model, g.block_size) + (1 if g.eagle else 0)
             bits = bits[: max(need, 0)]
             while bits and not bits[-1]:
                 bits.pop()
@@ -95,8 +91,8 @@ class SymQuery:
                 "groups": groups,
                 "cached": rows,
                 "max_length": max_length,
-                "num_tokens": num(q.num_tokens),
-                "alignment": num(q.alignment),
+                "num_tokens": model_int(model, q.num_tokens),
+                "alignment": model_int(model, q.alignment),
             }
         )
 

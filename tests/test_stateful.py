@@ -263,19 +263,14 @@ def test_stateful_bad_usage_exits_2(args: tuple[str, ...], tmp_path: Path) -> No
     assert code == 2 and err.strip()
 
 
-def test_stateful_takes_the_sglang_shape(tmp_path: Path) -> None:
-    code, report, _ = kvhit(
-        "gate", "--stateful", "--target", "impl", "--shape", "sglang", "--cases", "10",
-        "--json", cwd=tmp_path,
-    )  # fmt: skip
-    assert code == 0 and report is not None and report["programs"] == 10
-
-
-def test_fuzz_stateful_takes_kinds(tmp_path: Path) -> None:
-    code, report, _ = kvhit(
-        "fuzz", "--stateful", "--target", "impl", "--kinds", "mamba", "--cases", "10",
-        "--json", cwd=tmp_path,
-    )  # fmt: skip
+@pytest.mark.parametrize(
+    "command, option", [("gate", ("--shape", "sglang")), ("fuzz", ("--kinds", "mamba"))]
+)
+def test_stateful_takes_the_drawing_options(
+    command: str, option: tuple[str, str], tmp_path: Path
+) -> None:
+    args = (command, "--stateful", "--target", "impl", *option, "--cases", "10", "--json")
+    code, report, _ = kvhit(*args, cwd=tmp_path)
     assert code == 0 and report is not None and report["programs"] == 10
 
 
