@@ -24,8 +24,8 @@ from kvhit.harness import exhaustive
 from kvhit.harness.engine import Engine, Phase
 from kvhit.harness.gate import exhaustive_cases, random_cases
 from kvhit.harness.random_cases import CHOICES
-from kvhit.harness.runner import open_target
 from kvhit.model.spec import Group
+from kvhit.targets.runner import open_target
 
 BIG_SCOPE = exhaustive.Scope.of(
     (Group("full", 1), Group("sliding_window", 1, window=3), Group("mamba", 1)), max_length=8

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from kvhit.harness.jobs import default_jobs
 
-CLI = [sys.executable, "-c", "from kvhit.cli import main; main()"]
+CLI = [sys.executable, "-c", "from kvhit.cli.main import main; main()"]
 
 
 def campaign(target: str, cases: int, jobs: int) -> tuple[float, dict]:

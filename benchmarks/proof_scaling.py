@@ -18,8 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from kvhit.proofs.contracts import CONTRACT_FINDERS, unbounded_goals, unrolled_goals  # noqa: E402
 from kvhit.proofs.runner import z3_check  # noqa: E402
+from kvhit.proofs.theorems.contracts import CONTRACT_FINDERS, unbounded_goals, unrolled_goals  # noqa: E402
 
 B, A = 2, 4
 

@@ -47,7 +47,7 @@ from rich.table import Table
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher
 
-from kvhit.adapters.vllm import build_coordinator, mark_cached
+from kvhit.engines.vllm.target import build_coordinator, mark_cached
 from kvhit.impl.coordinator import Coordinator, lookup_plan
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group

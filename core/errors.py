@@ -1,7 +1,7 @@
 """The errors every layer of kvhit shares, at the bottom of the stack.
 
-- :class:`BadInput`: bad usage or bad input; the command line prints one line and
-  exits 2.
+- :class:`BadInput`: bad usage or bad input; the command line prints one line,
+  ``error: ...``, and exits 2.
 - :class:`TargetError`: a target that cannot be found or loaded;
   :class:`UndrivableTarget`: one that is installed but cannot be driven.
 - :class:`Unsupported`: a target refuses a configuration (counted, not a disagreement).
@@ -11,23 +11,13 @@ Nothing here imports the rest of kvhit, so every module may import it.
 
 from __future__ import annotations
 
-from typing import Any
 
-import click
+class BadInput(Exception):
+    """Bad input: one line naming the problem (the command line exits 2).
 
-
-class BadInput(click.ClickException):
-    """Bad input: one line naming the problem, exit code 2.
-
-    >>> BadInput("q.json: max_length: missing").format_message()
+    >>> str(BadInput("q.json: max_length: missing"))
     'q.json: max_length: missing'
     """
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        """Print ``error: ...`` on stderr."""
-        click.echo(f"error: {self.format_message()}", err=True)
 
 
 class TargetError(Exception):

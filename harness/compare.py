@@ -26,15 +26,14 @@ nor is ``rejected`` (a stateful engine whose pool cannot hold a request now).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from kvhit.draw import explain
-from kvhit.harness.runner import Reply
 from kvhit.model.ops import PY
 from kvhit.model.spec import Answer, Query, reused_blocks
+from kvhit.targets.runner import Reply
+from kvhit.targets.wire import BadReturn, decode_answer
 
 
 class ReplyClass(StrEnum):
@@ -69,56 +68,6 @@ class Outcome:
     def disagrees(self) -> bool:
         """Whether this is a disagreement (neither ok nor unsupported)."""
         return self.cls not in NOT_DISAGREEMENTS
-
-
-class BadReturn(ValueError):
-    """An answer that does not follow the target protocol."""
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` as plain JSON data (anything JSON cannot hold becomes its repr), so a
-    target's odd answer can still be saved and shown.
-
-    >>> json_safe({"length": (1, 2), "x": object})
-    {'length': [1, 2], 'x': "<class 'object'>"}
-    """
-    return json.loads(json.dumps(value, default=repr))
-
-
-def shown(value: Any) -> str:
-    """A short JSON rendering of a target's answer, for messages."""
-    return json.dumps(json_safe(value))[:80]
-
-
-def decode_answer(q: Query, value: Any) -> tuple[int, list[list[int]] | None]:
-    """The length and (if given) the blocks of an answer; :class:`BadReturn` if malformed."""
-    blocks = None
-    if isinstance(value, dict):
-        if "length" not in value:
-            raise BadReturn(f"an answer dict needs a 'length', got {shown(value)}")
-        length, blocks = value["length"], value.get("blocks")
-    else:
-        length = value
-    if not _is_int(length):
-        raise BadReturn(f"the length must be an integer, got {shown(length)}")
-    if length < 0 or length > q.max_length or length % q.alignment:
-        raise BadReturn(
-            f"length {length} is not a candidate: a multiple of A={q.alignment} "
-            f"from 0 to M={q.max_length}"
-        )
-    if blocks is None:
-        return length, None
-    if not (
-        isinstance(blocks, list)
-        and len(blocks) == len(q.groups)
-        and all(isinstance(b, list) and all(_is_int(j) for j in b) for b in blocks)
-    ):
-        raise BadReturn(f"blocks must be one list of block indices per group ({len(q.groups)})")
-    return length, blocks
 
 
 def blocks_problem(q: Query, length: int, blocks: list[list[int]]) -> str:

@@ -5,7 +5,7 @@ Hypothesis); the engine knows nothing about where they come from. The first
 disagreement of each class is shrunk (keeping its class), saved, then reported to
 ``on_found``; later ones of the same class are only counted.
 
-    >>> from kvhit.harness.runner import open_target
+    >>> from kvhit.targets.runner import open_target
     >>> from kvhit.harness.random_cases import random_queries
     >>> engine = Engine(open_target("seed-min"), "seed-min")
     >>> engine.run(Phase("random", ((q, None) for q in random_queries(1, 300))))
@@ -24,11 +24,12 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from kvhit.harness.compare import NOT_DISAGREEMENTS, Outcome, json_safe, judge_reply
+from kvhit.harness.compare import NOT_DISAGREEMENTS, Outcome, judge_reply
 from kvhit.harness.report import Disagreement, save
-from kvhit.harness.runner import Runner
 from kvhit.harness.shrink import shrink
 from kvhit.model.spec import Answer, Query, longest_hit
+from kvhit.targets.runner import Runner
+from kvhit.targets.wire import json_safe
 
 Case = tuple[Query, Answer | None]  # the query and, when the source knows it, L*'s answer
 

@@ -2,7 +2,7 @@
 queries for the time budget. Used by ``kvhit gate``, ``kvhit verify`` and the
 pytest plugin.
 
-    >>> from kvhit.harness.runner import open_target
+    >>> from kvhit.targets.runner import open_target
     >>> engine = run_gate(Engine(open_target("model"), "model"), seconds=0.2)
     >>> engine.disagreements, engine.cases > 7000
     (0, True)

@@ -42,7 +42,7 @@ from typing import Any
 from kvhit.errors import TargetError
 from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.report import Disagreement, save
-from kvhit.harness.runner import label_of, open_target
+from kvhit.targets.runner import label_of, open_target
 
 PLACE = 1 << 40
 """Positions are compared as ``phase * PLACE + number``."""
@@ -307,7 +307,7 @@ def run_campaign(
 
     One local job runs in this process. ``on_progress`` gets the cases and counts of
     all jobs together whenever one reports. Raises
-    :class:`~kvhit.targets.TargetError` if a job cannot open the target or dies.
+    :class:`~kvhit.targets.registry.TargetError` if a job cannot open the target or dies.
     """
     if jobs == 1 and ray_address is None:
         return run_job(campaign, 0, 1, lambda p: on_progress(p.cases, Counter(p.counts)))

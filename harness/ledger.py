@@ -3,7 +3,7 @@
 
 An engine's index says which blocks are cached under which hash; the ledger keeps
 the truth that index is supposed to describe. It learns it from the block tables a
-stateful engine reports on ``admit`` (:mod:`kvhit.harness.stateful_protocol`): a
+stateful engine reports on ``admit`` (:mod:`kvhit.targets.stateful`): a
 request of tokens t with a hit of L tokens computes every block from index L // b
 on, so block j of group g's table now holds t's tokens up to the end of block j (up
 to T for a partial last block). A block reallocated to another request holds that
@@ -15,7 +15,7 @@ request's prefix through that block. Anything else is a *stale block*: the engin
 serves KV computed for other tokens.
 
     >>> from kvhit.model.spec import Group
-    >>> from kvhit.harness.stateful_protocol import Admitted
+    >>> from kvhit.targets.stateful import Admitted
     >>> groups = (Group("full", 2),)
     >>> ledger = Ledger()
     >>> ledger.record(groups, (1, 2, 3), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvhit.harness.stateful_protocol import Admitted
 from kvhit.model.spec import Group, reused_blocks
+from kvhit.targets.stateful import Admitted
 
 
 @dataclass(frozen=True)

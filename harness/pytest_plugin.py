@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kvhit.harness.engine import Engine
-from kvhit.harness.runner import DEFAULT_TIMEOUT, CallableRunner, Runner, open_target
+from kvhit.targets.runner import DEFAULT_TIMEOUT, CallableRunner, Runner, open_target
 
 Gate = Callable[..., Engine]
 

@@ -166,7 +166,7 @@ def sglang_partners(kinds: Sequence[str], b: int) -> list[Kind]:
 
 
 def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
-    """A random query SGLang's radix tree can hold (:mod:`kvhit.adapters.sglang`): a
+    """A random query SGLang's radix tree can hold (:mod:`kvhit.engines.sglang.target`): a
     full group and, nine times in ten, a sliding window or Mamba group from ``kinds``
     (in either order); one block size b = A; a full row of F cached blocks from block
     0 and nothing after; window or Mamba bits within those F blocks, the Mamba state

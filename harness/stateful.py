@@ -17,7 +17,7 @@ A failure that is not an answer (``crash``, ``timeout``, ``bad_return``) is its 
 class, as for stateless targets; ``rejected`` (the pool cannot hold the request) and
 ``unsupported`` (the engine refuses the configuration) are counted, not disagreements.
 
-    >>> from kvhit.harness.stateful_protocol import open_stateful
+    >>> from kvhit.targets.stateful import open_stateful
     >>> program = Program.from_json({"groups": [{"kind": "full", "block_size": 2}],
     ...     "num_blocks": 8, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
     ...                              {"op": "admit", "request": 1, "tokens": [1, 2, 4]}]})
@@ -34,17 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvhit.draw import draw
-from kvhit.harness.compare import (
-    BadReturn,
-    Outcome,
-    ReplyClass,
-    decode_answer,
-    json_safe,
-    judge_reply,
-)
+from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
-from kvhit.harness.runner import Reply, Runner
-from kvhit.harness.stateful_protocol import (
+from kvhit.model.spec import Query, longest_hit
+from kvhit.targets.runner import Reply, Runner
+from kvhit.targets.stateful import (
     FORMAT,
     Admit,
     Admitted,
@@ -54,7 +48,7 @@ from kvhit.harness.stateful_protocol import (
     decode_admitted,
     decode_snapshot,
 )
-from kvhit.model.spec import Query, longest_hit
+from kvhit.targets.wire import BadReturn, decode_answer, json_safe
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ A :class:`Campaign` runs batches of programs until its time or program budget is
 spent; each batch's seed is derived from the campaign's, so the same seed and
 options give the same programs.
 
-    >>> from kvhit.harness.stateful_protocol import open_stateful
+    >>> from kvhit.targets.stateful import open_stateful
     >>> campaign = Campaign(open_stateful("impl"), "impl", steps=6)
     >>> campaign.run(programs=4).disagreements, campaign.programs, campaign.ops > 4
     (0, 4, True)
@@ -48,11 +48,11 @@ from hypothesis.stateful import (
 from kvhit.harness.compare import NOT_DISAGREEMENTS
 from kvhit.harness.random_cases import CHOICES, Shape, sglang_partners
 from kvhit.harness.report import save
-from kvhit.harness.runner import Runner
 from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step, disagreement_of
-from kvhit.harness.stateful_protocol import Admit, Finish, Program
 from kvhit.harness.strategies import group_configs
 from kvhit.model.spec import Group, Kind
+from kvhit.targets.runner import Runner
+from kvhit.targets.stateful import Admit, Finish, Program
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 BATCH = 25  # programs per Hypothesis run

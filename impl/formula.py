@@ -10,7 +10,7 @@ uncached blocks below i, they are iff ``misses[hi] == misses[lo]`` (:func:`cover
 answering False, it yields a :class:`Plan` (the range ``[lo, hi)`` of every candidate
 and the verdict in either case) that depends on nothing cached. A lookup then only
 evaluates :meth:`Plan.holds` on the current miss counts: two gathers, one comparison
-and one select per group. Theorem 8 (``proofs/impl_formula.py``) proves that the
+and one select per group. Theorem 8 (``proofs/theorems/impl_formula.py``) proves that the
 staged formula equals the spec's blockwise check.
 
     >>> import torch

@@ -32,7 +32,7 @@ TOLERANCE = 1e-12
 
 
 class StatefulImpl:
-    """The impl behind the stateful protocol (:mod:`kvhit.harness.stateful_protocol`)."""
+    """The impl behind the stateful protocol (:mod:`kvhit.targets.stateful`)."""
 
     def __init__(self, config: dict[str, Any], seed: int = 0):
         # The tiny model's tensors are far too small for intra-op threads: with two

@@ -13,7 +13,7 @@ can be, and whose unsat answer still proves the claim:
 The ground terms are the witnesses, the indices the goal reads its cache rows at,
 and the arguments and values of the rows' last-miss functions (``*_below``). With
 those, both z3 and cvc5 settle the loop-invariant goals of
-:mod:`kvhit.proofs.contracts` quickly; cvc5 cannot find the instances on its own.
+:mod:`kvhit.proofs.theorems.contracts` quickly; cvc5 cannot find the instances on its own.
 If the instances are too few, the grounded goal is sat and the theorem fails as an
 error (its "counterexample" does not break the plain model), never as a proof.
 

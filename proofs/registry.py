@@ -21,7 +21,7 @@ counterexample). The runner (:mod:`kvhit.proofs.runner`) checks every goal:
 A goal with ``minimize`` terms is solved with ``z3.Optimize`` and those terms are
 minimized in order (lexicographically), so a refutation is as small as it can be.
 
-Writing a theorem module (``proofs/impl_formula.py`` is one)::
+Writing a theorem module (``proofs/theorems/impl_formula.py`` is one)::
 
     from kvhit.proofs.registry import Counterexample, Goal, Theorem
 
@@ -72,14 +72,14 @@ class Status(StrEnum):
 
 
 THEOREM_MODULES = [
-    "kvhit.proofs.fixed_point",
-    "kvhit.proofs.contracts",
-    "kvhit.proofs.closure",
-    "kvhit.proofs.min_groups",
-    "kvhit.proofs.rounding",
-    "kvhit.proofs.eagle",
-    "kvhit.proofs.impl_formula",
-    "kvhit.proofs.lookup",
+    "kvhit.proofs.theorems.fixed_point",
+    "kvhit.proofs.theorems.contracts",
+    "kvhit.proofs.theorems.closure",
+    "kvhit.proofs.theorems.min_groups",
+    "kvhit.proofs.theorems.rounding",
+    "kvhit.proofs.theorems.eagle",
+    "kvhit.proofs.theorems.impl_formula",
+    "kvhit.proofs.theorems.lookup",
 ]
 """Every module that defines ``THEOREMS``, in the order ``kvhit prove`` runs them."""
 

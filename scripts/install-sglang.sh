@@ -39,6 +39,6 @@ trap 'rm -rf "$wheel_dir"' EXIT
     partial_json_parser "transformers==5.19.0" compressed-tensors
 "${install[@]}" --no-deps triton==3.9.0 torchvision==0.28.0 apache-tvm-ffi==0.1.11
 
-"$venv_dir/bin/python" -c "import kvhit.adapters.sglang"
+"$venv_dir/bin/python" -c "import kvhit.engines.sglang.target"
 version=$("$venv_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))')
 echo "SGLang $version and kvhit installed in $venv_dir"

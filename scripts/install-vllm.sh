@@ -68,5 +68,5 @@ done
 first="$venv_dir/vllm/${releases[0]}"
 site=$("$venv_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 echo "$(cd "$first" && pwd)" > "$site/kvhit-vllm-default.pth"
-"$venv_dir/bin/python" -c "import kvhit.adapters.vllm"
+"$venv_dir/bin/python" -c "import kvhit.engines.vllm.target"
 echo "kvhit and vLLM ${releases[*]} installed in $venv_dir (default: ${releases[0]})"

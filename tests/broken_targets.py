@@ -16,7 +16,7 @@ from typing import Any
 from kvhit.model.algorithms import spiral_fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, answer_at, longest_hit, valid, window_span
-from kvhit.targets import model_target
+from kvhit.targets.registry import model_target
 
 Rule = Callable[[Group, tuple[bool, ...], int, int], bool]
 

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from kvhit.targets import model_target
+from kvhit.targets.registry import model_target
 
 
 def answer_line(mode: str, query: dict) -> str:

@@ -6,8 +6,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from rich.console import Console
 
-from kvhit.cli import main
-from kvhit.verify import SEED_FACTS, examples_section
+from kvhit.cli.main import main
+from kvhit.cli.verify import SEED_FACTS, examples_section
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -6,35 +6,30 @@ import doctest
 import importlib
 import importlib.util
 import sys
-import tomllib
-from pathlib import Path
 
 import pytest
+from kvhit_modules import ROOT, modules
 
-ROOT = Path(__file__).resolve().parents[1]
 NEEDS = {  # modules that import an optional engine
-    "kvhit.adapters.vllm": "vllm",
-    "kvhit.adapters.vllm_manager": "vllm",
-    "kvhit.adapters.sglang": "sglang",
-    "kvhit.adapters.sglang_cache": "sglang",
+    "kvhit.engines.vllm.target": "vllm",
+    "kvhit.engines.vllm.manager": "vllm",
+    "kvhit.engines.sglang.target": "sglang",
+    "kvhit.engines.sglang.cache": "sglang",
 }
 
 
 def module_names() -> list[str]:
-    """Every module of the distribution, by its kvhit.* name (pyproject's package-dir)."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    names = []
-    for package, folder in config["tool"]["setuptools"]["package-dir"].items():
-        for path in sorted((ROOT / folder).glob("*.py")):
-            names.append(package if path.stem == "__init__" else f"{package}.{path.stem}")
-    return names
+    return list(modules())
 
 
 def test_every_module_is_found() -> None:
     names = module_names()
-    assert {"kvhit.cli", "kvhit.model.spec", "kvhit.proofs.runner", "kvhit.impl.formula"} <= set(
-        names
-    )
+    assert {
+        "kvhit.cli.main",
+        "kvhit.model.spec",
+        "kvhit.proofs.runner",
+        "kvhit.impl.formula",
+    } <= set(names)
 
 
 @pytest.mark.parametrize("name", [n for n in module_names() if n not in NEEDS])

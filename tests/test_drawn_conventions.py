@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from hypothesis import find
 
-from kvhit.adapters.vllm_divergences import eagle_windows, same_spec, window_one
-from kvhit.adapters.vllm_release import Release, refusal, spec_key
+from kvhit.engines.vllm.divergences import eagle_windows, same_spec, window_one
+from kvhit.engines.vllm.release import Release, refusal, spec_key
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.random_cases import CHOICES, Shape, random_queries
 from kvhit.harness.shrink import shrink

@@ -11,7 +11,7 @@ from xml.etree import ElementTree
 import pytest
 from click.testing import CliRunner
 
-from kvhit.cli import main
+from kvhit.cli.main import main
 
 HERE = Path(__file__).parent
 BROKEN = "broken_targets"
@@ -202,7 +202,7 @@ def test_replay_of_a_bad_file_exits_2(tmp_path: Path) -> None:
 
 def test_a_users_own_function_from_the_current_directory(tmp_path: Path) -> None:
     (tmp_path / "my_engine.py").write_text(
-        "from kvhit.targets import model_target\n\n"
+        "from kvhit.targets.registry import model_target\n\n"
         "def lookup(query):\n"
         "    return model_target(query)['length']\n"
     )

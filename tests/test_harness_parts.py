@@ -13,20 +13,20 @@ import pytest
 import torch
 from rich.console import Console
 
-from kvhit import targets
+from kvhit.cli.campaign import verify_section
 from kvhit.harness import corpus, corpus_solver, exhaustive
-from kvhit.harness.command import verify_section
 from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.engine import Engine, Phase
 from kvhit.harness.random_cases import random_queries
 from kvhit.harness.report import Disagreement
-from kvhit.harness.runner import CommandRunner, Reply, open_target
 from kvhit.harness.shrink import shrink
 from kvhit.harness.strategies import falsify, queries
 from kvhit.model.algorithms import fixed_point, spiral_fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind, Query, longest_hit
-from kvhit.targets import model_target, seed_min_target
+from kvhit.targets import registry as targets
+from kvhit.targets.registry import model_target, seed_min_target
+from kvhit.targets.runner import CommandRunner, Reply, open_target
 
 pytest_plugins = ["pytester"]
 PLUGIN = "kvhit.harness.pytest_plugin"
@@ -246,7 +246,7 @@ def test_command_runner_reports_a_program_that_exits(tmp_path: Path) -> None:
 def test_pytest_plugin_fails_with_the_drawing(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
-        from kvhit.targets import model_target
+        from kvhit.targets.registry import model_target
 
         def test_model(kvhit_gate):
             assert kvhit_gate(model_target, seconds=0.1).cases > 7000
@@ -264,7 +264,8 @@ def test_pytest_plugin_fails_with_the_drawing(pytester: pytest.Pytester) -> None
 
 
 @pytest.mark.parametrize(
-    ("impl", "holds"), [("kvhit.targets:model_target", True), ("broken_targets:one_short", False)]
+    ("impl", "holds"),
+    [("kvhit.targets.registry:model_target", True), ("broken_targets:one_short", False)],
 )
 def test_verify_section_gates_impl_and_catches_seed_min(
     impl: str, holds: bool, monkeypatch: pytest.MonkeyPatch

@@ -11,8 +11,8 @@ import z3
 
 from kvhit.impl.formula import prefix_sums, valid_lengths
 from kvhit.model.spec import Group, valid
-from kvhit.proofs import lookup
-from kvhit.proofs.impl_formula import THEOREMS, build
+from kvhit.proofs.theorems import lookup
+from kvhit.proofs.theorems.impl_formula import THEOREMS, build
 
 
 def test_theorem_8_every_goal_is_unsat() -> None:
@@ -27,7 +27,7 @@ def test_theorem_8_every_goal_is_unsat() -> None:
 def test_theorem_8_is_registered_as_proved() -> None:
     from kvhit.proofs.registry import THEOREM_MODULES
 
-    assert "kvhit.proofs.impl_formula" in THEOREM_MODULES
+    assert "kvhit.proofs.theorems.impl_formula" in THEOREM_MODULES
     assert [t.expected for t in THEOREMS] == ["proved"]
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.protocol import parse_query
-from kvhit.targets import get, model_target
+from kvhit.targets.registry import get, model_target
 
 impl_target = get("impl")
 

@@ -24,7 +24,7 @@ from kvhit.harness.random_cases import make_group
 from kvhit.impl.engine import Engine
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, reused_blocks, valid
-from kvhit.targets import model_target
+from kvhit.targets.registry import model_target
 
 VOCAB = 4
 

@@ -1,5 +1,6 @@
-"""The package's import graph goes one way: errors and drawing at the bottom,
-subsystems in the middle, commands on top; and the gate path loads no solver."""
+"""The package's import graph goes one way (docs/design.md §6.2): the model, then
+kvhit's bottom (errors, drawing, query files), then the subsystems, the command line
+on top and the only importer of click and rich; and the gate path loads no solver."""
 
 from __future__ import annotations
 
@@ -7,35 +8,27 @@ import ast
 import json
 import subprocess
 import sys
-import tomllib
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
+from kvhit_modules import modules
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# Each module's layer; a module may import only modules of its own layer or below.
+# Each package's layer; a module may import only modules of its own layer or below.
+# The bottom (kvhit's own modules: errors, names to import, drawing, query files, the
+# reference answers) imports the model alone; the command line is the only top.
 LAYERS = [
-    ("kvhit", 0),  # the package itself: its version, nothing else
+    ("kvhit", 1),
     ("kvhit.model", 0),
-    ("kvhit.errors", 1),
-    ("kvhit.importing", 1),
-    ("kvhit.draw", 1),
-    ("kvhit.inputs", 1),
-    ("kvhit.check", 1),
-    ("kvhit.reference", 1),
-    ("kvhit.targets", 1),
-    ("kvhit.impl", 2),
-    ("kvhit.proofs", 2),
-    ("kvhit.harness", 2),
-    ("kvhit.adapters", 2),
     ("kvhit.examples", 2),
-    ("kvhit.proofs.command", 3),
-    ("kvhit.harness.command", 3),
-    ("kvhit.verify", 3),
+    ("kvhit.impl", 2),
+    ("kvhit.engines", 2),
+    ("kvhit.targets", 2),
+    ("kvhit.proofs", 3),
+    ("kvhit.harness", 3),
     ("kvhit.cli", 4),
 ]
+UI = ("click", "rich")
 
 
 def layer(module: str) -> int:
@@ -43,17 +36,6 @@ def layer(module: str) -> int:
     matches = [(len(p), n) for p, n in LAYERS if module == p or module.startswith(p + ".")]
     assert matches, f"{module} has no layer; add it to LAYERS"
     return max(matches)[1]
-
-
-def modules() -> dict[str, Path]:
-    """Every module of the distribution, by its kvhit.* name (from pyproject's package-dir)."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    out = {}
-    for package, folder in config["tool"]["setuptools"]["package-dir"].items():
-        for path in sorted((ROOT / folder).glob("*.py")):
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            out[name] = path
-    return out
 
 
 def imports(path: Path, known: set[str]) -> set[str]:
@@ -81,6 +63,17 @@ def lazy_references(path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known}
 
 
+def third_party(path: Path) -> set[str]:
+    """The top-level names of every package ``path`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 def graph(lazy: bool = False) -> dict[str, set[str]]:
     """Each module's kvhit imports (and, with ``lazy``, the modules it names to load)."""
     found = modules()
@@ -97,6 +90,16 @@ def test_every_import_goes_down_or_sideways() -> None:
         for a, deps in graph().items()
         for b in deps
         if layer(b) > layer(a)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_only_the_command_line_imports_click_and_rich() -> None:
+    """Subsystems return data and raise kvhit's errors; printing is the command line's."""
+    wrong = [
+        f"{name} imports {', '.join(sorted(third_party(path) & set(UI)))}"
+        for name, path in modules().items()
+        if layer(name) < 4 and third_party(path) & set(UI)
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvhit.cli import main
+from kvhit.cli.main import main
 
 
 def matrix(*args: str) -> tuple[int, str, str]:

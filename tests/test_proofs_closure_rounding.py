@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from kvhit.model.algorithms import brute_force, single_pass
-from kvhit.proofs import closure, rounding
 from kvhit.proofs.registry import Theorem
 from kvhit.proofs.runner import run_theorem
+from kvhit.proofs.theorems import closure, rounding
 
 
 def theorem(module, name: str) -> Theorem:

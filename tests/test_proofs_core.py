@@ -13,13 +13,13 @@ from kvhit.model import algorithms, finders
 from kvhit.model.finders import Scan, find
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import KINDS, longest_hit, valid
-from kvhit.proofs import contracts, fixed_point
 from kvhit.proofs.cases import Cases
 from kvhit.proofs.common import sym_query
-from kvhit.proofs.contracts import MissOps, MissRow, UnrolledOps, miss_axioms
 from kvhit.proofs.registry import Theorem
 from kvhit.proofs.runner import run_theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
+from kvhit.proofs.theorems import contracts, fixed_point
+from kvhit.proofs.theorems.contracts import MissOps, MissRow, UnrolledOps, miss_axioms
 
 
 def theorem(module, name: str) -> Theorem:

@@ -6,9 +6,9 @@ import pytest
 import z3
 
 from kvhit.model.spec import WINDOW_CONVENTIONS
-from kvhit.proofs import contracts
 from kvhit.proofs.instantiate import ground, has_quantifier
 from kvhit.proofs.runner import cvc5_check, smt2, z3_check
+from kvhit.proofs.theorems import contracts
 
 x, y = z3.Ints("x y")
 f = z3.Function("f", z3.IntSort(), z3.IntSort())

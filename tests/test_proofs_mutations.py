@@ -22,10 +22,10 @@ from kvhit.model import algorithms, finders, spec
 from kvhit.model.algorithms import Loop
 from kvhit.model.finders import Scan
 from kvhit.model.ops import PY
-from kvhit.proofs import contracts, eagle, min_groups, rounding
 from kvhit.proofs import linearize as linear
 from kvhit.proofs.registry import Status, all_theorems, get
 from kvhit.proofs.runner import run_theorem
+from kvhit.proofs.theorems import contracts, eagle, min_groups, rounding
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 

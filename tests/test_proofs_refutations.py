@@ -6,11 +6,14 @@ import pytest
 import z3
 
 from kvhit.model.algorithms import brute_force, fixed_point, min_of_groups, single_pass
-from kvhit.proofs import eagle, min_groups
 from kvhit.proofs.registry import Counterexample, Goal, Theorem, all_theorems
 from kvhit.proofs.runner import run_theorem
+from kvhit.proofs.theorems import eagle, min_groups
 
-THEOREMS = {t.name: t for t in all_theorems(["kvhit.proofs.min_groups", "kvhit.proofs.eagle"])}
+THEOREMS = {
+    t.name: t
+    for t in all_theorems(["kvhit.proofs.theorems.min_groups", "kvhit.proofs.theorems.eagle"])
+}
 
 
 @pytest.mark.parametrize("name", sorted(THEOREMS))

@@ -11,11 +11,13 @@ import pytest
 import z3
 from click.testing import CliRunner, Result
 
-from kvhit.cli import main
-from kvhit.proofs import command, eagle, registry, runner
+from kvhit.cli import prove as command
+from kvhit.cli.main import main
+from kvhit.proofs import registry, runner
 from kvhit.proofs.registry import Goal, Theorem
+from kvhit.proofs.theorems import eagle
 
-MODULES = ["kvhit.proofs.min_groups", "kvhit.proofs.eagle"]
+MODULES = ["kvhit.proofs.theorems.min_groups", "kvhit.proofs.theorems.eagle"]
 ALL_REGISTERED = command.registered
 FIELDS = {
     "name",

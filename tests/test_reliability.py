@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvhit import cli
+from kvhit.cli import main as cli
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.algorithms import fixed_point, per_group
 from kvhit.model.spec import Query, longest_hit, reduced, valid_all

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections import Counter
 from itertools import islice
 
-from kvhit.harness.command import RunSettings
+from kvhit.cli.campaign import RunSettings
 from kvhit.harness.gate import gate_phases
 from kvhit.harness.random_cases import Shape, prefix_blocks, random_queries
 from kvhit.model.spec import Kind, Query, longest_hit
 
 
 def tree_holds(q: Query) -> bool:
-    """The adapter's rules (adapters/sglang.py ``layout``), restated: one full group and
+    """The adapter's rules (engines/sglang/target.py ``layout``), restated: one full group and
     at most one window (reaching back >= 1 token) or Mamba group (b = 1, the state
     after the last full block cached); one block size, A = b; a full row that is a
     prefix; the other row's bits within it; no eagle."""

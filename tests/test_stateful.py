@@ -10,10 +10,13 @@ import pytest
 from test_harness_cli import HERE, kvhit
 
 from kvhit.harness.ledger import Ledger
-from kvhit.harness.runner import CallableRunner, Reply, Runner
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import Campaign
-from kvhit.harness.stateful_protocol import (
+from kvhit.impl.stateful_target import StatefulImpl
+from kvhit.model.protocol import QueryError
+from kvhit.model.spec import Group
+from kvhit.targets.runner import CallableRunner, Reply, Runner
+from kvhit.targets.stateful import (
     Admit,
     Admitted,
     EngineHost,
@@ -22,9 +25,6 @@ from kvhit.harness.stateful_protocol import (
     load_program_file,
     open_stateful,
 )
-from kvhit.impl.stateful_target import StatefulImpl
-from kvhit.model.protocol import QueryError
-from kvhit.model.spec import Group
 
 BROKEN = "broken_stateful"
 FULL2 = {"groups": [{"kind": "full", "block_size": 2}], "num_blocks": 8}

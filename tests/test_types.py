@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import find
 
-from kvhit.cli import main
+from kvhit.cli.main import main
 from kvhit.harness.compare import CLASSES, NOT_DISAGREEMENTS, ReplyClass
 from kvhit.harness.random_cases import Choice, random_queries
 from kvhit.harness.strategies import group_configs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from kvhit.cli import main
+from kvhit.cli.main import main
 
 BROKEN = Path(__file__).resolve().parents[1] / "tests"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from kvhit.adapters.sglang_cache import SglangCacheEngine
+from kvhit.engines.sglang.cache import SglangCacheEngine
 
 
 class WorkingStateReported(SglangCacheEngine):

@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 from cases import mamba_queries, query, window_queries
 
-import kvhit.adapters.sglang as adapter
-from kvhit.adapters.sglang import build, key, layout, sglang_target
+import kvhit.engines.sglang.target as adapter
+from kvhit.engines.sglang.target import build, key, layout, sglang_target
 from kvhit.harness.random_cases import Shape, random_queries
 from kvhit.model.protocol import parse_query
-from kvhit.targets import model_target
+from kvhit.targets.registry import model_target
 
 
 @pytest.mark.parametrize("convention", ["inclusive", "exclusive"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from cases import query
 
-from kvhit.adapters.sglang import sglang_target
+from kvhit.engines.sglang.target import sglang_target
 from kvhit.errors import Unsupported
-from kvhit.targets import model_target
+from kvhit.targets.registry import model_target
 
 FULL1 = {"kind": "full", "block_size": 1}
 

@@ -1,4 +1,4 @@
-"""The stateful gate against SGLang's own UnifiedRadixCache (kvhit.adapters.sglang_cache)."""
+"""The stateful gate against SGLang's own UnifiedRadixCache (kvhit.engines.sglang.cache)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from broken_sglang import window_freed_behind_the_tree, working_state_reported
 
-from kvhit.adapters import sglang_cache
-from kvhit.adapters.sglang_cache import SglangCacheEngine
-from kvhit.harness.runner import CallableRunner
+from kvhit.engines.sglang import cache as sglang_cache
+from kvhit.engines.sglang.cache import SglangCacheEngine
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import Campaign
-from kvhit.harness.stateful_protocol import EngineHost, Program, load_program_file, open_stateful
 from kvhit.model.spec import Group, reused_blocks
+from kvhit.targets.runner import CallableRunner
+from kvhit.targets.stateful import EngineHost, Program, load_program_file, open_stateful
 
 PROGRAMS = 120
 FULL1 = {"kind": "full", "block_size": 1}

@@ -11,8 +11,8 @@ import random
 from collections.abc import Iterator
 from itertools import islice
 
-from kvhit.adapters.vllm import RELEASE, Lookup, lookup
-from kvhit.adapters.vllm_release import refusal
+from kvhit.engines.vllm.release import refusal
+from kvhit.engines.vllm.target import RELEASE, Lookup, lookup
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.protocol import parse_query

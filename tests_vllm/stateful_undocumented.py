@@ -2,7 +2,7 @@
 divergences set aside.
 
 An engine whose configuration (groups and alignment) is inside a documented
-divergence's scope (:mod:`kvhit.adapters.vllm_divergences`, for the installed
+divergence's scope (:mod:`kvhit.engines.vllm.divergences`, for the installed
 release) is refused as ``unsupported``, so anything
 the stateful gate reports against this target is a new finding:
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvhit.adapters.vllm import RELEASE
-from kvhit.adapters.vllm_divergences import documented
-from kvhit.adapters.vllm_manager import VllmManagerEngine
+from kvhit.engines.vllm.divergences import documented
+from kvhit.engines.vllm.manager import VllmManagerEngine
+from kvhit.engines.vllm.target import RELEASE
 from kvhit.errors import Unsupported
-from kvhit.harness.stateful_protocol import Program
 from kvhit.model.spec import Query
+from kvhit.targets.stateful import Program
 
 
 def manager_outside_divergences(config: dict[str, Any]) -> VllmManagerEngine:

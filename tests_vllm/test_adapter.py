@@ -8,9 +8,9 @@ import pytest
 from cases import disagreement, mixed_queries, refused, try_lookup
 from vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize
 
-from kvhit import targets
-from kvhit.adapters import vllm as vllm_adapter
-from kvhit.adapters.vllm import (
+from kvhit.engines.vllm import target as vllm_adapter
+from kvhit.engines.vllm.divergences import documented
+from kvhit.engines.vllm.target import (
     RELEASE,
     build_coordinator,
     group_spec,
@@ -18,11 +18,11 @@ from kvhit.adapters.vllm import (
     mark_cached,
     request_hashes,
 )
-from kvhit.adapters.vllm_divergences import documented
 from kvhit.errors import Unsupported
-from kvhit.harness.runner import CallableRunner
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import longest_hit
+from kvhit.targets import registry as targets
+from kvhit.targets.runner import CallableRunner
 
 HYBRID = {
     "groups": [

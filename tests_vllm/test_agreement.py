@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from cases import disagreement, mixed_queries, refused, try_lookup
 
-from kvhit.adapters.vllm import RELEASE
-from kvhit.adapters.vllm_divergences import documented
 from kvhit.draw import draw, judge
+from kvhit.engines.vllm.divergences import documented
+from kvhit.engines.vllm.target import RELEASE
 
 SEEDS = range(4)
 CASES_PER_SOURCE = 1500

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from cases import disagreement, try_lookup
 
-from kvhit.adapters.vllm import RELEASE, lookup
-from kvhit.adapters.vllm_divergences import DIVERGENCES, documented, in_release
+from kvhit.engines.vllm.divergences import DIVERGENCES, documented, in_release
+from kvhit.engines.vllm.target import RELEASE, lookup
 
 HERE = in_release(RELEASE.name)
 ELSEWHERE = [d for d in DIVERGENCES if d not in HERE]

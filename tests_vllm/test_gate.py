@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvhit.adapters.vllm_divergences import vllm_outside_divergences
+from kvhit.engines.vllm.divergences import vllm_outside_divergences
 from kvhit.harness.engine import Engine
 from kvhit.harness.gate import gate_phases, run_phases
-from kvhit.harness.runner import CallableRunner
+from kvhit.targets.runner import CallableRunner
 
 RANDOM_CASES = 5000
 

@@ -7,8 +7,8 @@ import random
 import pytest
 from cases import mixed_queries, reordered, try_lookup
 
-from kvhit.adapters.vllm import RELEASE, lookup
-from kvhit.adapters.vllm_divergences import DIVERGENCES, documented, eagle_windows
+from kvhit.engines.vllm.divergences import DIVERGENCES, documented, eagle_windows
+from kvhit.engines.vllm.target import RELEASE, lookup
 from kvhit.model.protocol import parse_query
 
 

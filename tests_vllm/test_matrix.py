@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvhit.adapters.vllm_divergences import release_key
+from kvhit.engines.vllm.divergences import release_key
 
 RELEASES_DIR = Path(sys.prefix) / "vllm"
 FOUND = sorted((p.name for p in RELEASES_DIR.glob("*") if (p / "vllm").is_dir()), key=release_key)

@@ -1,4 +1,4 @@
-"""The stateful gate against vLLM's own KVCacheManager (kvhit.adapters.vllm_manager)."""
+"""The stateful gate against vLLM's own KVCacheManager (kvhit.engines.vllm.manager)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from stateful_undocumented import manager_outside_divergences
 
-from kvhit.harness.runner import CallableRunner
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import Campaign
-from kvhit.harness.stateful_protocol import EngineHost, Program, load_program_file, open_stateful
+from kvhit.targets.runner import CallableRunner
+from kvhit.targets.stateful import EngineHost, Program, load_program_file, open_stateful
 
 PROGRAMS = 150
 
@@ -84,7 +84,7 @@ def test_same_seed_same_vllm_campaign(seed: int) -> None:
 def test_the_adapters_docstring_examples_hold() -> None:
     import doctest
 
-    from kvhit.adapters import vllm_manager
+    from kvhit.engines.vllm import manager as vllm_manager
 
     result = doctest.testmod(vllm_manager)
     assert result.attempted > 0 and result.failed == 0

@@ -7,7 +7,7 @@ vLLM computes for a request of ``num_tokens`` tokens), and asks
 ``find_longest_cache_hit``. Nothing of vLLM is copied here; only its API is called.
 
 It runs, unchanged, against every vLLM release from 0.14.0 to 0.34.0: what differs
-between releases is detected by :mod:`kvhit.adapters.vllm_release`, and a query a
+between releases is detected by :mod:`kvhit.engines.vllm.release`, and a query a
 release cannot be asked is refused before vLLM is called.
 
 How the protocol maps onto vLLM (docs/design.md §1, against vLLM 0.34):
@@ -31,7 +31,7 @@ How the protocol maps onto vLLM (docs/design.md §1, against vLLM 0.34):
   group's block size; vLLM only ever builds it with A = b, so other A are refused.
 - vLLM refuses some configurations outright (its own asserts, e.g. chunked local
   attention with mixed block sizes): the adapter knows them from the configuration
-  (:func:`kvhit.adapters.vllm_release.refusal`) and raises
+  (:func:`kvhit.engines.vllm.release.refusal`) and raises
   :class:`kvhit.errors.Unsupported` before calling vLLM. Any other assert or error
   inside vLLM is left to surface as a ``crash``.
 
@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from kvhit.adapters.vllm_release import detect, import_failure, refusal
+from kvhit.engines.vllm.release import detect, import_failure, refusal
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, inclusive_window

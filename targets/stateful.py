@@ -51,18 +51,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvhit.errors import TargetError
-from kvhit.harness.compare import BadReturn, shown
-from kvhit.harness.runner import DEFAULT_TIMEOUT, CallableRunner, CommandRunner, Runner
 from kvhit.importing import import_attr
 from kvhit.model.protocol import QueryError, decode_json, parse_group, parse_row
 from kvhit.model.spec import Group, default_alignment
+from kvhit.targets.runner import DEFAULT_TIMEOUT, CallableRunner, CommandRunner, Runner
+from kvhit.targets.wire import BadReturn, shown
 
 FORMAT = "kvhit-stateful/1"
 
 BUILTINS: dict[str, str] = {
     "impl": "kvhit.impl.stateful_target:StatefulImpl",
-    "vllm": "kvhit.adapters.vllm_manager:VllmManagerEngine",
-    "sglang": "kvhit.adapters.sglang_cache:SglangCacheEngine",
+    "vllm": "kvhit.engines.vllm.manager:VllmManagerEngine",
+    "sglang": "kvhit.engines.sglang.cache:SglangCacheEngine",
 }
 
 INSTALL_HINTS = {

@@ -1,4 +1,4 @@
-"""The worker process behind ``--isolate``: ``python -m kvhit.harness.worker TARGET``.
+"""The worker process behind ``--isolate``: ``python -m kvhit.targets.worker TARGET``.
 
 It loads TARGET (a built-in or ``module:function``), writes ``{"ready": true}`` (or
 ``{"error": why}`` and exits 2), then reads one normalized query per line on stdin and
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from kvhit.errors import TargetError, Unsupported
-from kvhit.targets import load_target
+from kvhit.targets.registry import load_target
 
 
 def answer_line(func: Callable[[dict[str, Any]], Any], query: dict[str, Any]) -> str:

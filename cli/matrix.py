@@ -91,7 +91,7 @@ def release_folder(root: Path, release: str) -> Path:
 CHILD = """
 import sys
 import vllm
-from kvhit.cli import main
+from kvhit.cli.main import main
 wanted = sys.argv.pop(1)
 if vllm.__version__.split("+")[0] != wanted:
     print(f"error: {vllm.__file__} is vLLM {vllm.__version__}, not {wanted}", file=sys.stderr)

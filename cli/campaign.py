@@ -22,22 +22,23 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kvhit.cli.stateful import refuse, replay_program, run_stateful, stateful_options
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness import exhaustive
-from kvhit.harness.compare import CLASSES, ReplyClass, json_safe, judge_reply
+from kvhit.harness.compare import CLASSES, ReplyClass, judge_reply
 from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
 from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
 from kvhit.harness.random_cases import CHOICES, Choice, Shape, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
-from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
-from kvhit.harness.stateful_command import refuse, replay_program, run_stateful, stateful_options
-from kvhit.harness.stateful_protocol import is_program_file
 from kvhit.inputs import read_queries, read_text
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
-from kvhit.targets import SHAPES
+from kvhit.targets.registry import SHAPES
+from kvhit.targets.runner import DEFAULT_TIMEOUT, Runner, label_of, open_target
+from kvhit.targets.stateful import is_program_file
+from kvhit.targets.wire import json_safe
 
 DEFAULT_OUT = "kvhit-disagreements"
 FUZZ_SECONDS = 10.0
@@ -147,7 +148,7 @@ class RunSettings:
         )
 
     def drawn_shape(self) -> Shape:
-        """--shape, or the shape the built-in target declares (:data:`kvhit.targets.SHAPES`)."""
+        """--shape, or the shape the built-in target declares (:data:`kvhit.targets.registry.SHAPES`)."""
         if self.shape is not None:
             return Shape(self.shape)
         return Shape(SHAPES.get(self.target or "", Shape.ANY))

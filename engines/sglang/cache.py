@@ -1,8 +1,8 @@
 """The stateful ``sglang`` target: SGLang's own ``UnifiedRadixCache`` serving a program.
 
-The stateless ``sglang`` target (:mod:`kvhit.adapters.sglang`) builds one cache per
+The stateless ``sglang`` target (:mod:`kvhit.engines.sglang.target`) builds one cache per
 query. This one lets SGLang 0.5.23 build its cache state itself: one cache on CPU
-for the program's groups (:func:`kvhit.adapters.sglang.new_cache`, ``num_blocks``
+for the program's groups (:func:`kvhit.engines.sglang.target.new_cache`, ``num_blocks``
 pages of KV, half as many window KV pages, as SGLang sizes its window pool smaller
 (``swa_full_tokens_ratio``, default 0.8: ``arg_groups/fields/schedule.py:150``,
 ``model_executor/pool_configurator.py:881``), so that window KV alone runs short too,
@@ -10,7 +10,7 @@ and ``num_blocks`` Mamba state slots),
 driven with SGLang's own ``Req`` objects through the calls its scheduler makes, so
 that matching, locking, allocation, eviction, insertion, the freeing of window KV
 that left the window and the Mamba checkpoints are all SGLang's
-(the stateful protocol: :mod:`kvhit.harness.stateful_protocol`).
+(the stateful protocol: :mod:`kvhit.targets.stateful`).
 
 ``admit(r, tokens)`` does what the scheduler does for a new prompt (file:line in
 the sglang 0.5.23 wheel, under ``sglang/srt/``):
@@ -64,13 +64,13 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from kvhit.adapters.sglang import Pools, Shape, new_cache, shape
+from kvhit.engines.sglang.target import Pools, Shape, new_cache, shape
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
 from kvhit.model.spec import default_alignment
 
 # isort: split
-# After kvhit.adapters.sglang, which prepares SGLang's imports and server args.
+# After kvhit.engines.sglang.target, which prepares SGLang's imports and server args.
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
 from sglang.srt.mem_cache.radix_cache import RadixKey

@@ -39,9 +39,9 @@ from kvhit.impl import coordinator
 from kvhit.impl.formula import Plan
 from kvhit.model.algorithms import brute_force, longest_of
 from kvhit.model.spec import Group, Query, default_alignment
-from kvhit.proofs.impl_formula import at_index
 from kvhit.proofs.registry import Counterexample, Goal, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
+from kvhit.proofs.theorems.impl_formula import at_index
 
 BLOCKS = 16
 """Blocks per group a lookup reads (at the default bound)."""

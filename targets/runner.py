@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvhit import targets
 from kvhit.errors import TargetError, Unsupported
+from kvhit.targets import registry as targets
 
 DEFAULT_TIMEOUT = 10.0
 STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
@@ -250,7 +250,7 @@ def exit_text(code: int) -> str:
 
 
 class IsolatedRunner(CommandRunner):
-    """Calls a Python target in a worker process (:mod:`kvhit.harness.worker`).
+    """Calls a Python target in a worker process (:mod:`kvhit.targets.worker`).
 
     The worker loads the target, says it is ready, then answers one query per line
     with ``{"answer": ...}``, ``{"unsupported": why}`` or ``{"crash": what}`` (the
@@ -260,7 +260,7 @@ class IsolatedRunner(CommandRunner):
     """
 
     def __init__(self, name: str, timeout: float):
-        super().__init__([sys.executable, "-m", "kvhit.harness.worker", name], timeout)
+        super().__init__([sys.executable, "-m", "kvhit.targets.worker", name], timeout)
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:

@@ -12,17 +12,29 @@ import sys
 
 import click
 
-from kvhit.check import check_report, check_text, explain_text
+from kvhit.cli.check import check_report, check_text, explain_text
+from kvhit.errors import BadInput
 from kvhit.importing import import_attr
 from kvhit.inputs import read_queries
 
 LAZY_COMMANDS = {
-    "prove": "kvhit.proofs.command:prove",
-    "fuzz": "kvhit.harness.command:fuzz",
-    "gate": "kvhit.harness.command:gate",
-    "replay": "kvhit.harness.command:replay",
-    "matrix": "kvhit.harness.matrix:matrix",
+    "prove": "kvhit.cli.prove:prove",
+    "fuzz": "kvhit.cli.campaign:fuzz",
+    "gate": "kvhit.cli.campaign:gate",
+    "replay": "kvhit.cli.campaign:replay",
+    "matrix": "kvhit.cli.matrix:matrix",
 }
+
+
+class InputProblem(click.ClickException):
+    """A :class:`~kvhit.errors.BadInput` as the command line shows it: one line,
+    ``error: ...``, on stderr, and exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file: object = None) -> None:
+        """Print ``error: ...`` on stderr."""
+        click.echo(f"error: {self.format_message()}", err=True)
 
 
 class KvhitGroup(click.Group):
@@ -37,10 +49,13 @@ class KvhitGroup(click.Group):
         return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> object:
-        """Run the command; Ctrl-C that the command does not report itself (one that
-        comes before a run has begun) ends with one line and exit code 130."""
+        """Run the command: bad input ends with one line and exit code 2; Ctrl-C that
+        the command does not report itself (one that comes before a run has begun)
+        ends with one line and exit code 130."""
         try:
             return super().invoke(ctx)
+        except BadInput as err:
+            raise InputProblem(str(err)) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -80,9 +95,9 @@ def check(file: str, as_json: bool, explain_at: int | None) -> None:
 
 
 VERIFY_SECTIONS = [
-    ("seed facts", "kvhit.verify:examples_section"),
-    ("proofs", "kvhit.proofs.command:verify_section"),
-    ("gate", "kvhit.harness.command:verify_section"),
+    ("seed facts", "kvhit.cli.verify:examples_section"),
+    ("proofs", "kvhit.cli.prove:verify_section"),
+    ("gate", "kvhit.cli.campaign:verify_section"),
 ]
 
 
@@ -90,7 +105,7 @@ VERIFY_SECTIONS = [
 @click.option("--quick", is_flag=True, help="Smaller proof bounds and fuzz budgets.")
 def verify(quick: bool) -> None:
     """The main job: the seed facts, the proof suite, the gate on impl, seed-min caught."""
-    from kvhit.verify import run_sections
+    from kvhit.cli.verify import run_sections
 
     sys.exit(0 if run_sections(VERIFY_SECTIONS, quick) else 1)
 

@@ -39,12 +39,12 @@ def seed_min_target(query: dict[str, Any]) -> dict[str, Any]:
 
 
 BUILTINS: dict[str, str] = {
-    "model": "kvhit.targets:model_target",
-    "seed-min": "kvhit.targets:seed_min_target",
+    "model": "kvhit.targets.registry:model_target",
+    "seed-min": "kvhit.targets.registry:seed_min_target",
     "impl": "kvhit.impl.target:impl_target",
-    "vllm": "kvhit.adapters.vllm:vllm_target",
-    "vllm-undocumented": "kvhit.adapters.vllm_divergences:vllm_outside_divergences",
-    "sglang": "kvhit.adapters.sglang:sglang_target",
+    "vllm": "kvhit.engines.vllm.target:vllm_target",
+    "vllm-undocumented": "kvhit.engines.vllm.divergences:vllm_outside_divergences",
+    "sglang": "kvhit.engines.sglang.target:sglang_target",
 }
 
 SHAPES: dict[str, str] = {"sglang": "sglang"}

@@ -12,7 +12,7 @@ from importlib import resources
 
 from rich.console import Console
 
-from kvhit.check import check_report, check_text
+from kvhit.cli.check import check_report, check_text
 from kvhit.importing import import_attr
 from kvhit.model.protocol import parse_query
 

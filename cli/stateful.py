@@ -24,11 +24,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness.report import junit_xml
-from kvhit.harness.runner import DEFAULT_TIMEOUT, Runner, label_of
 from kvhit.harness.stateful import ProgramDisagreement, disagreement_of, run_program
 from kvhit.harness.stateful_machine import Campaign
-from kvhit.harness.stateful_protocol import load_program_file, open_stateful
 from kvhit.model.protocol import QueryError
+from kvhit.targets.runner import DEFAULT_TIMEOUT, Runner, label_of
+from kvhit.targets.stateful import load_program_file, open_stateful
 
 DEFAULT_STEPS = 20
 

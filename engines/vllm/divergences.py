@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvhit.adapters.vllm_release import spec_key
+from kvhit.engines.vllm.release import spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, window_before
@@ -239,7 +239,7 @@ def documented(q: Query, release: str = NEWEST) -> list[str]:
 def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
     """vLLM's answer, or :class:`Unsupported` naming the installed release's documented
     divergence whose scope holds the query."""
-    from kvhit.adapters.vllm import RELEASE, vllm_target
+    from kvhit.engines.vllm.target import RELEASE, vllm_target
 
     names = documented(parse_query(query), RELEASE.name)
     if names:

@@ -1,11 +1,11 @@
 """The stateful ``vllm`` target: vLLM's own ``KVCacheManager`` serving a program.
 
-The stateless ``vllm`` target (:mod:`kvhit.adapters.vllm`) asks vLLM's coordinator
+The stateless ``vllm`` target (:mod:`kvhit.engines.vllm.target`) asks vLLM's coordinator
 for one lookup on a cache state kvhit builds. This one lets vLLM build its cache
 state itself: it creates a ``KVCacheManager`` for the program's groups and drives it
 on CPU through the calls vLLM's scheduler makes, so that allocation, caching,
 freeing, eviction and sliding-window drops are all vLLM's own
-(the stateful protocol: :mod:`kvhit.harness.stateful_protocol`).
+(the stateful protocol: :mod:`kvhit.targets.stateful`).
 
 ``admit(r, tokens)`` does what the scheduler does for a new prompt that fits:
 
@@ -26,7 +26,7 @@ How the configuration maps onto vLLM (docs/design.md §1 against vLLM 0.34):
 - ``num_blocks`` N usable blocks: vLLM's pool gets N + 1, block 0 being its null block
   (reported as ``null`` in the tables);
 - the alignment A is vLLM's ``scheduler_block_size``, the hash block size the gcd of
-  the block sizes, as vLLM picks them (:mod:`kvhit.adapters.vllm`);
+  the block sizes, as vLLM picks them (:mod:`kvhit.engines.vllm.target`);
 - vLLM refuses some configurations while building the manager or in its first
   lookup; those are
   ``unsupported``, and so are two that vLLM would serve outside the protocol: a single
@@ -59,7 +59,7 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, resolve_block_
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.request import Request
 
-from kvhit.adapters.vllm import group_spec  # also sets vLLM's hash seed
+from kvhit.engines.vllm.target import group_spec  # also sets vLLM's hash seed
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
 from kvhit.model.spec import default_alignment

@@ -1,0 +1,5 @@
+"""``python -m kvhit.cli``: the same as the ``kvhit`` command."""
+
+from kvhit.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""SGLang as a target: its radix caches (stateless), its UnifiedRadixCache (stateful)."""

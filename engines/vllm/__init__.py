@@ -1,0 +1,1 @@
+"""vLLM as a target: its coordinator (stateless), its KVCacheManager (stateful)."""

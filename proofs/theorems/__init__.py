@@ -1,0 +1,1 @@
+"""The theorem modules: each registers its THEOREMS (docs/design.md §3)."""
