@@ -4,8 +4,9 @@
 # Usage: scripts/install-sglang.sh VENV_DIR     (PYTHON picks the interpreter, default python3.11)
 #
 # Creates VENV_DIR if needed, else installs into it. The sglang wheel goes in with
-# --no-deps (its declared dependencies pull CUDA builds and torch 2.14.1; torch stays
-# at 2.13.0 here), then only what `import sglang.srt.mem_cache.unified_radix_cache`
+# --no-deps (its declared dependencies pull CUDA builds and torch 2.14.1; torch stays at
+# constraints.txt's CPU build here), then only what
+# `import sglang.srt.mem_cache.unified_radix_cache`
 # and the cache's construction need: found by importing and adding what was missing.
 # triton (about 1 GB on disk) is imported at the top of sglang.srt.utils, and
 # torchvision by its model configs; both go in with --no-deps so torch is untouched.
@@ -24,9 +25,9 @@ if [[ ! -x "$venv_dir/bin/python" ]]; then
     "${PYTHON:-python3.11}" -m venv "$venv_dir"
 fi
 python=("$venv_dir/bin/python" -m pip --disable-pip-version-check)
-install=("${python[@]}" install --quiet)
+install=("${python[@]}" install --quiet -c "$repo_dir/constraints.txt")
 
-"${install[@]}" torch==2.13.0
+"${install[@]}" torch
 "${install[@]}" -e "$repo_dir[test]"
 
 wheel_dir=$(mktemp -d)
@@ -34,7 +35,7 @@ trap 'rm -rf "$wheel_dir"' EXIT
 "${python[@]}" download --quiet --no-deps --dest "$wheel_dir" sglang==0.5.23
 "${install[@]}" --no-deps "$wheel_dir"/sglang-0.5.23-*.whl
 
-"${install[@]}" torch==2.13.0 numpy orjson psutil pybase64 requests pillow starlette \
+"${install[@]}" torch numpy orjson psutil pybase64 requests pillow starlette \
     msgspec pydantic pyzmq tqdm aiohttp IPython dill sentencepiece gguf openai \
     partial_json_parser "transformers==5.19.0" compressed-tensors
 "${install[@]}" --no-deps triton==3.9.0 torchvision==0.28.0 apache-tvm-ffi==0.1.11

@@ -4,12 +4,13 @@
 # Usage: scripts/install-vllm.sh VENV_DIR [RELEASE ...]     (default release: 0.34.0;
 #        PYTHON picks the interpreter, default python3.11)
 #
-# VENV_DIR is one virtual environment holding torch==2.13.0, kvhit and the pure-Python
-# packages that vllm.v1.core imports. Each release's wheel goes in with --no-deps into
-# its own folder, VENV_DIR/vllm/RELEASE (its declared dependencies pull in CUDA builds);
-# `kvhit matrix --vllm RELEASE,...` puts that folder first on the path. The first release
-# given is also installed into the environment itself, so `VENV_DIR/bin/kvhit gate
-# --target vllm` and `VENV_DIR/bin/pytest tests_vllm` use it with no path set.
+# VENV_DIR is one virtual environment holding torch (constraints.txt: this machine's CPU
+# build), kvhit and the pure-Python packages that vllm.v1.core imports. Each release's
+# wheel goes in with --no-deps into its own folder, VENV_DIR/vllm/RELEASE (its declared
+# dependencies pull in CUDA builds); `kvhit matrix --vllm RELEASE,...` puts that folder
+# first on the path. The first release given is also installed into the environment
+# itself, so `VENV_DIR/bin/kvhit gate --target vllm` and `VENV_DIR/bin/pytest tests_vllm`
+# use it with no path set.
 # A release already in its folder is not downloaded again.
 set -euo pipefail
 
@@ -33,9 +34,9 @@ if [[ ! -x "$venv_dir/bin/python" ]]; then
     "${PYTHON:-python3.11}" -m venv "$venv_dir"
 fi
 python=("$venv_dir/bin/python" -m pip --disable-pip-version-check)
-install=("${python[@]}" install --quiet)
+install=("${python[@]}" install --quiet -c "$repo_dir/constraints.txt")
 
-"${install[@]}" torch==2.13.0
+"${install[@]}" torch
 "${install[@]}" -e "$repo_dir[test]"
 # What vllm.v1.core imports, in every release from 0.14.0 to 0.34.0: found by importing
 # the adapter under each release and adding what was missing. xgrammar goes in with
