@@ -9,8 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CITATION = re.compile(r"docs/design\.md §(\d+(?:\.\d+)*)")
 HEADING = re.compile(r"^#{2,3} (\d+(?:\.\d+)*)\.? ", re.MULTILINE)
 FOLDERS = (
-    *("core", "model", "proofs", "impl", "harness", "adapters", "examples", "docs"),
-    *("tests", "tests_vllm", "tests_ray", "benchmarks", "scripts"),
+    *("core", "model", "proofs", "impl", "targets", "harness", "engines", "cli", "examples"),
+    *("docs", "tests", "tests_vllm", "tests_sglang", "tests_ray", "benchmarks", "scripts"),
 )
 
 
