@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import z3
@@ -192,7 +193,7 @@ class AbstractFinders:
 
     def finders(self, count: int) -> list[Callable[[Any], Any]]:
         """Python callables for groups 0 … count-1, to run the model's loop over."""
-        return [lambda m, g=g: self.F(g, m) for g in range(count)]
+        return [partial(self.F, g) for g in range(count)]
 
     def best(self, groups: Any, top: Any, name: str) -> tuple[Any, list[Any]]:
         """L* for ``groups`` groups below ``top``, as a fresh constant and its definition."""

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import z3
@@ -560,7 +561,7 @@ THEOREMS = [
             bounded=True,
             bound=bound,
             quick_bound=12,
-            build=lambda n, b=b, a=a: _all(unrolled_goals, ((b, a),), n),
+            build=partial(_all, unrolled_goals, ((b, a),)),
             rests_on="model code: each finder's whole scan, unrolled, both window conventions",
             scope=f"rows of N blocks; window (inclusive and exclusive); b/A {b}/{a}",
         )

@@ -27,6 +27,7 @@ before the proof was written.
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import combinations_with_replacement
 from typing import Any
 
@@ -48,7 +49,7 @@ COARSE: tuple[tuple[int, int], int] = ((1, 1), 2)
 def own_block_finders(q: Query, ops: Ops = PY) -> list[Finder]:
     """Each group's finder, rounding to its own block size instead of A."""
     return [
-        lambda m, g=g, row=row: find(g, row, m, g.block_size, q.num_tokens, ops)
+        partial(find, g, row, alignment=g.block_size, num_tokens=q.num_tokens, ops=ops)
         for g, row in zip(q.groups, q.cached)
     ]
 
