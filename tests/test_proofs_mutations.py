@@ -265,8 +265,8 @@ def test_a_goal_whose_assumptions_are_unsat_is_vacuous() -> None:
     t = Theorem(
         "vacuous",
         "x > 0 and x < 0 imply anything",
-        "proved",
-        "unbounded",
+        Status.PROVED,
+        False,
         lambda b: [Goal("contradiction", [x > 0, x < 0], x != 7)],
     )
     result = run_theorem(t)
