@@ -30,7 +30,7 @@ from kvhit.harness.engine import Engine, Phase, Tally
 from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
 from kvhit.harness.jobs import Campaign, default_jobs, run_campaign
-from kvhit.harness.random_cases import CHOICES, Choice, Shape, choices
+from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.harness.report import Disagreement, junit_xml, load_disagreement
 from kvhit.inputs import read_queries, read_text
 from kvhit.model.protocol import QueryError
@@ -93,7 +93,7 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             ),
             click.option(
                 "--shape",
-                type=click.Choice([str(s) for s in Shape]),
+                type=click.Choice([str(s) for s in QueryShape]),
                 help="What is drawn: queries (or, with --stateful, engine configurations) of "
                 "every kind and mix (any), or only what SGLang's one radix tree holds "
                 "(sglang). Default: sglang for --target sglang, else any.",
@@ -147,11 +147,11 @@ class RunSettings:
             isolate=self.isolate,
         )
 
-    def drawn_shape(self) -> Shape:
+    def drawn_shape(self) -> QueryShape:
         """--shape, or the shape the built-in target declares (:data:`kvhit.targets.registry.SHAPES`)."""
         if self.shape is not None:
-            return Shape(self.shape)
-        return Shape(SHAPES.get(self.target or "", Shape.ANY))
+            return QueryShape(self.shape)
+        return QueryShape(SHAPES.get(self.target or "", QueryShape.ANY))
 
     def run(self, campaign: Campaign, total: int | None = None) -> tuple[Tally, float, Console]:
         """Run ``campaign`` on the --jobs with a progress bar; the tally, the seconds

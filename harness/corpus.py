@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Any
 
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query
+from kvhit.model.spec import Group, Kind, Query, WindowConvention
 
 CORPUS_FILE = "corpus.json"
 
@@ -49,22 +49,24 @@ def boundary_groups(block_sizes: Sequence[int] = (1, 2)) -> Iterator[Group]:
     Inclusive windows reach t = w - 1 tokens back; one exclusive window per block size
     reaches one token past the last of them (t = 2b + 1)."""
     for b in block_sizes:
-        yield Group("full", b)
-        yield Group("full", b, eagle=True)
-        yield Group("mamba", b)
+        yield Group(Kind.FULL, b)
+        yield Group(Kind.FULL, b, eagle=True)
+        yield Group(Kind.MAMBA, b)
         for w in near_multiples(b, 2):
-            yield Group("sliding_window", b, window=w)
-            yield Group("sliding_window", b, window=w, eagle=True)
-        yield Group("sliding_window", b, window=2 * b + 1, window_convention="exclusive")
+            yield Group(Kind.SLIDING_WINDOW, b, window=w)
+            yield Group(Kind.SLIDING_WINDOW, b, window=w, eagle=True)
+        yield Group(
+            Kind.SLIDING_WINDOW, b, window=2 * b + 1, window_convention=WindowConvention.EXCLUSIVE
+        )
         for c in near_multiples(b, 2):
-            yield Group("chunked_local", b, chunk=c)
+            yield Group(Kind.CHUNKED_LOCAL, b, chunk=c)
 
 
 def boundary_queries() -> Iterator[Query]:
     """Each boundary group beside a full group of block size 1, at alignments A and 2A
     and M next to multiples of the alignment, fully cached or with one hole."""
     for g in boundary_groups():
-        groups = (g, Group("full", 1))
+        groups = (g, Group(Kind.FULL, 1))
         for alignment in (g.block_size, 2 * g.block_size):
             for max_length in near_multiples(alignment, 2):
                 for num_tokens in (max_length + 1, max_length + g.block_size):

@@ -11,7 +11,7 @@ valid for every group iff all blocks any group needs at L are cached, which is
 block). The masks come from the spec's own ``needed_blocks``.
 
     >>> from kvhit.model.spec import Group
-    >>> scope = Scope.of((Group("sliding_window", 1, window=2),) * 2, max_length=2)
+    >>> scope = Scope.of((Group(Kind.SLIDING_WINDOW, 1, window=2),) * 2, max_length=2)
     >>> scope.states
     16
     >>> int(reference_lengths(scope, torch.tensor([0b0110]))[0])  # rows ".#" and "#."
@@ -29,7 +29,9 @@ import torch
 from kvhit.model.spec import (
     Answer,
     Group,
+    Kind,
     Query,
+    WindowConvention,
     answer_at,
     default_alignment,
     needed_blocks,
@@ -126,17 +128,17 @@ def gate_groups() -> list[Group]:
     The window reaching 2 tokens back at b = 1 is stated in the exclusive convention
     (SGLang's w = 2, the KV of vLLM's w = 3), so both conventions are enumerated."""
     return [
-        Group("full", 1),
-        Group("sliding_window", 1, window=1),
-        Group("sliding_window", 1, window=2),
-        Group("sliding_window", 1, window=2, window_convention="exclusive"),
-        Group("sliding_window", 2, window=3),
-        Group("chunked_local", 1, chunk=2),
-        Group("chunked_local", 2, chunk=3),
-        Group("mamba", 1),
-        Group("full", 1, eagle=True),
-        Group("full", 2, eagle=True),
-        Group("sliding_window", 1, window=2, eagle=True),
+        Group(Kind.FULL, 1),
+        Group(Kind.SLIDING_WINDOW, 1, window=1),
+        Group(Kind.SLIDING_WINDOW, 1, window=2),
+        Group(Kind.SLIDING_WINDOW, 1, window=2, window_convention=WindowConvention.EXCLUSIVE),
+        Group(Kind.SLIDING_WINDOW, 2, window=3),
+        Group(Kind.CHUNKED_LOCAL, 1, chunk=2),
+        Group(Kind.CHUNKED_LOCAL, 2, chunk=3),
+        Group(Kind.MAMBA, 1),
+        Group(Kind.FULL, 1, eagle=True),
+        Group(Kind.FULL, 2, eagle=True),
+        Group(Kind.SLIDING_WINDOW, 1, window=2, eagle=True),
     ]
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.engine import Case, Engine, Phase
-from kvhit.harness.random_cases import CHOICES, Shape, random_queries
+from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
 
 DEFAULT_SECONDS = 20.0
 
@@ -31,7 +31,7 @@ def corpus_cases() -> Iterator[Case]:
 
 
 def random_cases(
-    seed: int, max_blocks: int, kinds: Sequence[str], shape: str = Shape.ANY
+    seed: int, max_blocks: int, kinds: Sequence[str], shape: str = QueryShape.ANY
 ) -> Iterator[Case]:
     """Endless seeded random queries of ``shape``."""
     return ((q, None) for q in random_queries(seed, None, max_blocks, kinds, shape))
@@ -43,7 +43,7 @@ def random_phases(
     kinds: Sequence[str],
     seconds: float | None,
     cases: int | None,
-    shape: str = Shape.ANY,
+    shape: str = QueryShape.ANY,
 ) -> list[Phase]:
     """``kvhit fuzz``'s one phase: seeded random queries of ``shape`` for ``seconds``
     or ``cases``."""
@@ -56,7 +56,7 @@ def gate_phases(
     max_blocks: int = 8,
     kinds: Sequence[str] = CHOICES,
     cases: int | None = None,
-    shape: str = Shape.ANY,
+    shape: str = QueryShape.ANY,
 ) -> list[Phase]:
     """The three phases; the random one draws queries of ``shape`` for ``seconds``
     (and at most ``cases`` cases)."""

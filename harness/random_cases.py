@@ -20,11 +20,21 @@ from functools import cache
 from itertools import count as forever
 from math import lcm
 
-from kvhit.model.spec import EAGLE_KINDS, KINDS, Group, Kind, Query, WindowConvention
+from kvhit.model.spec import (
+    EAGLE_KINDS,
+    KINDS,
+    PARAMETERS,
+    Group,
+    Kind,
+    Query,
+    WindowConvention,
+    group_of,
+)
 
 
 class Choice(StrEnum):
-    """What a generator may draw: a kind, or ``eagle`` (eagle flags allowed)."""
+    """What a generator may draw: a kind (one member per :class:`Kind`, of the same
+    name and value), or ``eagle`` (eagle flags allowed)."""
 
     FULL = "full"
     SLIDING_WINDOW = "sliding_window"
@@ -92,12 +102,11 @@ def make_group(
     """
     kind = pick(drawable(tuple(kinds)))
     b = block_size()
-    window = span(b) if kind == Kind.SLIDING_WINDOW else None
-    chunk = span(b) if kind == Kind.CHUNKED_LOCAL else None
+    parameter = span(b) if PARAMETERS[kind] is not None else None
     eagle = Choice.EAGLE in kinds and kind in EAGLE_KINDS and coin()
     exclusive = kind == Kind.SLIDING_WINDOW and coin()
     convention = WindowConvention.EXCLUSIVE if exclusive else WindowConvention.INCLUSIVE
-    return Group(kind, b, window, chunk, eagle, convention)
+    return group_of(kind, b, parameter, eagle, convention)
 
 
 def random_group(
@@ -141,7 +150,7 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     return Query(groups, cached, max_length, num_tokens, alignment)
 
 
-class Shape(StrEnum):
+class QueryShape(StrEnum):
     """Which queries a generator draws: ``any`` (every kind and mix), or only states
     one engine can hold (``sglang``: :func:`sglang_query`)."""
 
@@ -195,9 +204,9 @@ def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     return Query(tuple(groups), tuple(rows), max_length, num_tokens, b)
 
 
-DRAWERS: dict[Shape, Callable[[random.Random, int, Sequence[str]], Query]] = {
-    Shape.ANY: random_query,
-    Shape.SGLANG: sglang_query,
+DRAWERS: dict[QueryShape, Callable[[random.Random, int, Sequence[str]], Query]] = {
+    QueryShape.ANY: random_query,
+    QueryShape.SGLANG: sglang_query,
 }
 
 
@@ -206,11 +215,11 @@ def random_queries(
     count: int | None = None,
     max_blocks: int = 8,
     kinds: Sequence[str] = CHOICES,
-    shape: str = Shape.ANY,
+    shape: str = QueryShape.ANY,
 ) -> Iterator[Query]:
     """``count`` random queries of ``shape`` (endless when None), the same for the same
     arguments."""
     rng = random.Random(seed)
-    drawer = DRAWERS[Shape(shape)]
+    drawer = DRAWERS[QueryShape(shape)]
     for _ in range(count) if count is not None else forever():
         yield drawer(rng, max_blocks, kinds)

@@ -46,7 +46,7 @@ from hypothesis.stateful import (
 )
 
 from kvhit.harness.compare import NOT_DISAGREEMENTS
-from kvhit.harness.random_cases import CHOICES, Shape, sglang_partners
+from kvhit.harness.random_cases import CHOICES, QueryShape, sglang_partners
 from kvhit.harness.report import save
 from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step, disagreement_of
 from kvhit.harness.strategies import group_configs
@@ -101,7 +101,7 @@ def one_tree_engines(
     return pooled(draw, tuple(groups), b, max_tokens)
 
 
-SHAPES = {Shape.ANY: engines, Shape.SGLANG: one_tree_engines}
+ENGINE_DRAWERS = {QueryShape.ANY: engines, QueryShape.SGLANG: one_tree_engines}
 """The engine configurations a campaign draws, by ``--shape``: ``any`` (every kind,
 mixed block sizes) or ``sglang`` (what SGLang's one radix tree holds)."""
 
@@ -150,7 +150,7 @@ class Campaign:
     target: str
     out_dir: Path | None = None
     kinds: Sequence[str] = CHOICES
-    shape: Shape = Shape.ANY
+    shape: QueryShape = QueryShape.ANY
     block_sizes: Sequence[int] = (1, 2, 4)
     max_tokens: int = 16
     steps: int = 20
@@ -281,7 +281,7 @@ class ProgramMachine(RuleBasedStateMachine):
         c = self.campaign
         if c.hunting is None and c.spent():
             c.stop()
-        drawn = SHAPES[c.shape](c.kinds, c.max_tokens, c.block_sizes)
+        drawn = ENGINE_DRAWERS[c.shape](c.kinds, c.max_tokens, c.block_sizes)
         program = data.draw(drawn, label="engine")
         self.run = ProgramRun(c.runner, program)
         started = self.run.start()

@@ -9,7 +9,7 @@ real caches), and frees the rest when the request ends.
 The kinds differ only in :meth:`GroupManager.first_kept`: the first block the next
 token still reads.
 
-    >>> from kvhit.model.spec import Group, window_before
+    >>> from kvhit.model.spec import Group, Kind, window_before
     >>> pool = BlockPool(num_blocks=8, num_groups=1)
     >>> sw = manager_for(Group("sliding_window", block_size=2, window=3), 0, pool)
     >>> sw.first_kept(num_computed=7)
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from kvhit.impl.pool import NULL_BLOCK, BlockPool
-from kvhit.model.spec import Group, window_before
+from kvhit.model.spec import Group, Kind, window_before
 
 
 class GroupManager(ABC):
@@ -100,12 +100,13 @@ class MambaManager(GroupManager):
         return max(0, num_computed // self.group.block_size - 1)
 
 
-MANAGERS: dict[str, type[GroupManager]] = {
-    "full": FullManager,
-    "sliding_window": SlidingWindowManager,
-    "chunked_local": ChunkedLocalManager,
-    "mamba": MambaManager,
+MANAGERS: dict[Kind, type[GroupManager]] = {
+    Kind.FULL: FullManager,
+    Kind.SLIDING_WINDOW: SlidingWindowManager,
+    Kind.CHUNKED_LOCAL: ChunkedLocalManager,
+    Kind.MAMBA: MambaManager,
 }
+"""Each kind's manager class."""
 
 
 def manager_for(group: Group, index: int, pool: BlockPool) -> GroupManager:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from kvhit.model.finders import find
@@ -32,7 +33,7 @@ Finder = Callable[[Any], Any]
 def group_finders(q: Query, ops: Ops = PY) -> list[Finder]:
     """Each group's finder m -> f_g(m), in group order."""
     return [
-        lambda m, g=g, row=row: find(g, row, m, q.alignment, q.num_tokens, ops)
+        partial(find, g, row, alignment=q.alignment, num_tokens=q.num_tokens, ops=ops)
         for g, row in zip(q.groups, q.cached)
     ]
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Group, reused_range, window_span
+from kvhit.model.spec import Group, Kind, reused_range, window_span
 
 State = tuple[Any, ...]
 
@@ -159,12 +159,13 @@ def mamba_scan(g: Group, fr: Frame, ops: Ops) -> Scan:
     return Scan("down", fr.limit, (False, 0), step, lambda s: s[1])
 
 
-SCANS: dict[str, Callable[[Group, Frame, Ops], Scan]] = {
-    "full": full_scan,
-    "sliding_window": sliding_window_scan,
-    "chunked_local": chunked_local_scan,
-    "mamba": mamba_scan,
+SCANS: dict[Kind, Callable[[Group, Frame, Ops], Scan]] = {
+    Kind.FULL: full_scan,
+    Kind.SLIDING_WINDOW: sliding_window_scan,
+    Kind.CHUNKED_LOCAL: chunked_local_scan,
+    Kind.MAMBA: mamba_scan,
 }
+"""Each kind's finder, as a scan in the frame :func:`frame_for` gives it."""
 
 
 def scan_for(g: Group, m: Any, alignment: Any, num_tokens: Any, ops: Ops = PY) -> Scan:

@@ -21,15 +21,17 @@ from typing import Any
 from kvhit.model.spec import (
     EAGLE_KINDS,
     KINDS,
+    PARAMETERS,
     WINDOW_CONVENTIONS,
     Group,
+    Kind,
     Query,
+    WindowConvention,
     default_alignment,
 )
 
 QUERY_FIELDS = {"groups", "cached", "max_length", "num_tokens", "alignment"}
 GROUP_FIELDS = {"kind", "block_size", "window", "chunk", "eagle", "window_convention"}
-KIND_PARAMS = {"sliding_window": "window", "chunked_local": "chunk"}
 
 
 class QueryError(ValueError):
@@ -68,12 +70,13 @@ def parse_group(obj: Any, field: str) -> Group:
     if "block_size" not in obj:
         raise QueryError(f"{field}.block_size", "missing")
     block_size = _int(obj["block_size"], f"{field}.block_size", 1)
+    kind = Kind(kind)
     params: dict[str, int] = {}
-    for key in ("window", "chunk"):
-        if key in obj and KIND_PARAMS.get(kind) != key:
-            raise QueryError(f"{field}.{key}", f"not a parameter of a {kind} group")
-    if kind in KIND_PARAMS:
-        key = KIND_PARAMS[kind]
+    key = PARAMETERS[kind]
+    for other in PARAMETERS.values():
+        if other is not None and other in obj and other != key:
+            raise QueryError(f"{field}.{other}", f"not a parameter of a {kind} group")
+    if key is not None:
         if key not in obj:
             raise QueryError(f"{field}.{key}", f"missing: a {kind} group needs a {key}")
         params[key] = _int(obj[key], f"{field}.{key}", 1)
@@ -83,12 +86,12 @@ def parse_group(obj: Any, field: str) -> Group:
         raise QueryError(f"{field}.eagle", f"must be true or false, got {json.dumps(eagle)}")
     if eagle and kind not in EAGLE_KINDS:
         raise QueryError(
-            f"{field}.eagle", f"only full and sliding_window groups can be eagle, not {kind}"
+            f"{field}.eagle", f"only {' and '.join(EAGLE_KINDS)} groups can be eagle, not {kind}"
         )
     return Group(kind, block_size, eagle=eagle, window_convention=convention, **params)
 
 
-def parse_window_convention(obj: dict[str, Any], field: str, kind: str) -> str:
+def parse_window_convention(obj: dict[str, Any], field: str, kind: Kind) -> WindowConvention:
     """A sliding window group's ``window_convention``: ``inclusive`` (the default,
     vLLM's: the window includes the token itself) or ``exclusive`` (SGLang's).
 
@@ -101,14 +104,14 @@ def parse_window_convention(obj: dict[str, Any], field: str, kind: str) -> str:
     if "window_convention" not in obj:
         return WINDOW_CONVENTIONS[0]
     convention = obj["window_convention"]
-    if kind != "sliding_window":
+    if kind != Kind.SLIDING_WINDOW:
         raise QueryError(f"{field}.window_convention", "only a sliding_window group has one")
     if convention not in WINDOW_CONVENTIONS:
         raise QueryError(
             f"{field}.window_convention",
             f"expected one of {', '.join(WINDOW_CONVENTIONS)}, got {json.dumps(convention)}",
         )
-    return str(convention)
+    return WindowConvention(convention)
 
 
 def parse_row(row: Any, field: str) -> tuple[bool, ...]:

@@ -28,6 +28,7 @@ before it, t = w). The same KV is needed either way: exclusive w is inclusive w+
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from math import lcm
@@ -52,6 +53,15 @@ class Kind(StrEnum):
 
 KINDS = tuple(Kind)
 EAGLE_KINDS = (Kind.FULL, Kind.SLIDING_WINDOW)
+"""The kinds a group with a drafter (an eagle group) can have."""
+
+PARAMETERS: dict[Kind, str | None] = {
+    Kind.FULL: None,
+    Kind.SLIDING_WINDOW: "window",
+    Kind.CHUNKED_LOCAL: "chunk",
+    Kind.MAMBA: None,
+}
+"""The :class:`Group` field each kind reads besides its block size (None: none)."""
 
 
 class WindowConvention(StrEnum):
@@ -77,12 +87,12 @@ class Group:
     may be given as a string; a string that names no kind is a ValueError.
     """
 
-    kind: str  # a Kind (a string naming one is converted)
+    kind: Kind  # a string naming a kind is converted
     block_size: Any
     window: Any = None
     chunk: Any = None
     eagle: bool = False
-    window_convention: str = field(default=WindowConvention.INCLUSIVE, repr=False)
+    window_convention: WindowConvention = field(default=WindowConvention.INCLUSIVE, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind(self.kind))
@@ -111,14 +121,31 @@ class Group:
     def to_json(self) -> dict[str, Any]:
         """The group as a normalized protocol object."""
         out: dict[str, Any] = {"kind": self.kind, "block_size": self.block_size}
-        if self.kind == Kind.SLIDING_WINDOW:
-            out["window"] = self.window
-            if self.exclusive:
-                out["window_convention"] = self.window_convention
-        if self.kind == Kind.CHUNKED_LOCAL:
-            out["chunk"] = self.chunk
+        parameter = PARAMETERS[self.kind]
+        if parameter is not None:
+            out[parameter] = getattr(self, parameter)
+        if self.kind == Kind.SLIDING_WINDOW and self.exclusive:
+            out["window_convention"] = self.window_convention
         out["eagle"] = self.eagle
         return out
+
+
+def group_of(
+    kind: Kind,
+    block_size: Any,
+    span: Any = None,
+    eagle: bool = False,
+    window_convention: WindowConvention = WindowConvention.INCLUSIVE,
+) -> Group:
+    """A group of ``kind`` whose parameter (:data:`PARAMETERS`: its window or chunk,
+    if it reads one) is ``span``; ``span`` is dropped for a kind that reads none.
+
+    >>> group_of(Kind.CHUNKED_LOCAL, 2, 6), group_of(Kind.FULL, 2, 6)
+    (Group(kind=<Kind.CHUNKED_LOCAL: 'chunked_local'>, block_size=2, window=None, chunk=6, eagle=False), Group(kind=<Kind.FULL: 'full'>, block_size=2, window=None, chunk=None, eagle=False))
+    """
+    parameter = PARAMETERS[kind]
+    params = {parameter: span} if parameter is not None else {}
+    return Group(kind, block_size, eagle=eagle, window_convention=window_convention, **params)
 
 
 @dataclass(frozen=True)
@@ -131,7 +158,7 @@ class Query:
     """
 
     groups: tuple[Group, ...]
-    cached: tuple[tuple[bool, ...], ...]
+    cached: tuple[Any, ...]  # tuples of bits (symbolic rows when the proofs run the model)
     max_length: int
     num_tokens: int
     alignment: int
@@ -198,19 +225,40 @@ def window_span(g: Group, ops: Ops = PY) -> Any:
     return ops.div(window_before(g) + g.block_size - 1, g.block_size)
 
 
+def full_first(g: Group, length: Any, n: Any, ops: Ops) -> Any:
+    """Full attention reuses every block from block 0."""
+    return 0
+
+
+def sliding_window_first(g: Group, length: Any, n: Any, ops: Ops) -> Any:
+    """A sliding window reuses the k blocks before the hit (:func:`window_span`)."""
+    return ops.max(0, n - window_span(g, ops))
+
+
+def chunked_local_first(g: Group, length: Any, n: Any, ops: Ops) -> Any:
+    """Chunked local attention reuses the blocks from its chunk's start on."""
+    return ops.div(ops.div(length, g.chunk) * g.chunk, g.block_size)
+
+
+def mamba_first(g: Group, length: Any, n: Any, ops: Ops) -> Any:
+    """Mamba reuses the state at the boundary: the last block only."""
+    return n - 1
+
+
+FIRST_REUSED: dict[Kind, Callable[[Group, Any, Any, Ops], Any]] = {
+    Kind.FULL: full_first,
+    Kind.SLIDING_WINDOW: sliding_window_first,
+    Kind.CHUNKED_LOCAL: chunked_local_first,
+    Kind.MAMBA: mamba_first,
+}
+"""Per kind, lo of :func:`reused_range`: the first block reused at a hit of ``length``
+tokens, n = length/b blocks (the table in the module docstring)."""
+
+
 def reused_range(g: Group, length: Any, ops: Ops = PY) -> tuple[Any, Any]:
     """The blocks ``[lo, hi)`` group g reuses at a hit of ``length`` > 0 tokens."""
     n = ops.div(length, g.block_size)
-    if g.kind == Kind.FULL:
-        return 0, n
-    if g.kind == Kind.SLIDING_WINDOW:
-        return ops.max(0, n - window_span(g, ops)), n
-    if g.kind == Kind.CHUNKED_LOCAL:
-        chunk_start = ops.div(length, g.chunk) * g.chunk
-        return ops.div(chunk_start, g.block_size), n
-    if g.kind == Kind.MAMBA:
-        return n - 1, n
-    raise ValueError(f"unknown kind {g.kind!r}")
+    return FIRST_REUSED[g.kind](g, length, n, ops), n
 
 
 def reused_blocks(g: Group, length: int) -> list[int]:

@@ -15,24 +15,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import z3
 
 from kvhit.model.algorithms import longest_of
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query
+from kvhit.model.spec import EAGLE_KINDS, PARAMETERS, Group, Kind, Query, group_of
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
-FINDERS: tuple[tuple[str, bool], ...] = (
-    ("full", False),
-    ("sliding_window", False),
-    ("chunked_local", False),
-    ("mamba", False),
-    ("full", True),
-    ("sliding_window", True),
+FinderKind = tuple[Kind, bool]
+"""A finder: a kind, and whether the eagle wrapper is on."""
+
+FINDERS: tuple[FinderKind, ...] = (
+    *((kind, False) for kind in Kind),
+    *((kind, True) for kind in EAGLE_KINDS),
 )
-"""Every finder: (kind, eagle). Eagle groups are full or sliding window only."""
+"""Every finder: each kind, then the eagle wrapper on each kind a drafter can have.
+
+    >>> [f"{kind}{' eagle' if eagle else ''}" for kind, eagle in FINDERS][3:]
+    ['mamba', 'full eagle', 'sliding_window eagle']
+"""
+
+NOT_CLOSED: tuple[Kind, ...] = tuple(kind for kind in Kind if kind != Kind.FULL)
+"""The kinds that are not downward closed (only full attention is: theorem 4)."""
 
 
 def model_int(model: z3.ModelRef, x: Any) -> int:
@@ -105,7 +112,7 @@ class SymQuery:
 
 
 def sym_query(
-    kinds: Sequence[str | tuple[str, bool]],
+    kinds: Sequence[Kind | FinderKind],
     max_top: int,
     name: str,
     block_sizes: Sequence[int] | None = None,
@@ -113,7 +120,8 @@ def sym_query(
     max_param: int | None = None,
     passes: int | None = None,
 ) -> SymQuery:
-    """Groups of the given kinds (a kind, or (kind, eagle)), block size 1 unless given,
+    """Groups of the given kinds (a kind, or (kind, eagle); a string naming a kind
+    will do), block size 1 unless given,
     rows long enough for any hit of at most ``max_top`` tokens, 0 ≤ M ≤ ``max_top``,
     T = M + 1 unless an eagle group makes it free (M < T ≤ max_top + its block).
 
@@ -131,14 +139,11 @@ def sym_query(
     for i, (spec, b) in enumerate(zip(kinds, sizes)):
         kind, eagle = (spec, False) if isinstance(spec, str) else spec
         eagle_any |= eagle
-        window = chunk = None
-        if kind == "sliding_window":
-            window = z3.Int(f"{name}_w{i}")
-            pre += [window >= 1, window <= limit]
-        if kind == "chunked_local":
-            chunk = z3.Int(f"{name}_c{i}")
-            pre += [chunk >= 1, chunk <= limit]
-        groups.append(Group(kind, b, window=window, chunk=chunk, eagle=eagle))
+        parameter = PARAMETERS[Kind(kind)]
+        span = z3.Int(f"{name}_{parameter[0]}{i}") if parameter is not None else None
+        if span is not None:
+            pre += [span >= 1, span <= limit]
+        groups.append(group_of(Kind(kind), b, span, eagle=eagle))
         count = max_top // b + (1 if eagle else 0)
         rows.append(SymRow.fresh(f"{name}_row{i}", count))
         blocks.append(count)
@@ -188,7 +193,7 @@ class AbstractFinders:
 
     def finders(self, count: int) -> list[Callable[[Any], Any]]:
         """Python callables for groups 0 … count-1, to run the model's loop over."""
-        return [lambda m, g=g: self.F(g, m) for g in range(count)]
+        return [partial(self.F, g) for g in range(count)]
 
     def best(self, groups: Any, top: Any, name: str) -> tuple[Any, list[Any]]:
         """L* for ``groups`` groups below ``top``, as a fresh constant and its definition."""

@@ -1,8 +1,8 @@
 """The theorem registry behind ``kvhit prove`` (docs/design.md §3).
 
 A theorem is a :class:`Theorem`: a name, a one-sentence statement, the status it is
-expected to get (``"proved"``, or ``"refuted"`` for a known-wrong algorithm), whether
-it is ``"unbounded"`` or ``"bounded"`` (and its default bound), and a ``build``
+expected to get (:attr:`Status.PROVED`, or :attr:`Status.REFUTED` for a known-wrong
+algorithm), whether it is bounded (and its default bound), and a ``build``
 function that makes its solver queries at a given bound.
 
 ``build(bound)`` returns a list of :class:`Goal`. Each goal is z3 assumptions and
@@ -23,7 +23,7 @@ minimized in order (lexicographically), so a refutation is as small as it can be
 
 Writing a theorem module (``proofs/theorems/impl_formula.py`` is one)::
 
-    from kvhit.proofs.registry import Counterexample, Goal, Theorem
+    from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 
     def build(bound: int | None) -> list[Goal]:
         ...                              # z3 terms from the model's own code
@@ -33,8 +33,8 @@ Writing a theorem module (``proofs/theorems/impl_formula.py`` is one)::
         Theorem(
             name="impl_formula",
             statement="The vectorized impl formula equals the spec on every cache state.",
-            expected="proved",
-            kind="bounded",
+            expected=Status.PROVED,
+            bounded=True,
             bound=16,
             build=build,
         ),
@@ -165,7 +165,7 @@ class Theorem:
     name: str
     statement: str
     expected: Status  # PROVED, or REFUTED for a known-wrong algorithm
-    kind: str  # "unbounded" or "bounded"
+    bounded: bool  # proved up to a bound N (then ``bound`` is its default), or for all
     build: Callable[[int | None], list[Goal]]
     bound: int | None = None
     quick_bound: int | None = None
@@ -176,12 +176,9 @@ class Theorem:
     """The range beyond the bound: which groups, block sizes, alignments, lengths."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "expected", Status(self.expected))
         if self.expected not in (Status.PROVED, Status.REFUTED):
             raise ValueError(f"{self.name}: expected must be 'proved' or 'refuted'")
-        if self.kind not in ("unbounded", "bounded"):
-            raise ValueError(f"{self.name}: kind must be 'unbounded' or 'bounded'")
-        if self.kind == "bounded" and self.bound is None:
+        if self.bounded and self.bound is None:
             raise ValueError(f"{self.name}: a bounded theorem needs a default bound")
 
     def range_at(self, bound: int | None) -> str:
@@ -192,7 +189,7 @@ class Theorem:
     def bound_for(self, bound: int | None = None, quick: bool = False) -> int | None:
         """The bound this theorem runs at: None when unbounded, else the override,
         the quick bound (if asked and set) or the default."""
-        if self.kind == "unbounded":
+        if not self.bounded:
             return None
         if bound is not None:
             return bound

@@ -50,7 +50,7 @@ BUILTINS: dict[str, str] = {
 SHAPES: dict[str, str] = {"sglang": "sglang"}
 """The shape ``kvhit fuzz`` and ``gate`` draw for a built-in target by default (``any``
 for the others): only states that target can hold
-(:class:`kvhit.harness.random_cases.Shape`), for the stateless target and for the
+(:class:`kvhit.harness.random_cases.QueryShape`), for the stateless target and for the
 stateful engine of that name alike."""
 
 VLLM_HINT = "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)"

@@ -9,7 +9,7 @@ from hypothesis import find
 from kvhit.engines.vllm.divergences import eagle_windows, same_spec, window_one
 from kvhit.engines.vllm.release import Release, refusal, spec_key
 from kvhit.harness import corpus, exhaustive
-from kvhit.harness.random_cases import CHOICES, Shape, random_queries
+from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
 from kvhit.harness.shrink import shrink
 from kvhit.harness.stateful_machine import engines
 from kvhit.harness.strategies import group_configs, queries
@@ -24,7 +24,7 @@ def windows(qs: list[Query]) -> list[Group]:
 
 
 def test_random_queries_draw_exclusive_windows_about_a_third_of_the_time() -> None:
-    for shape in Shape:
+    for shape in QueryShape:
         drawn = windows(list(random_queries(3, 4000, shape=shape)))
         share = sum(g.exclusive for g in drawn) / len(drawn)
         assert len(drawn) > 1000 and 0.2 < share < 0.4, (shape, share)

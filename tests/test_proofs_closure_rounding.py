@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvhit.model.algorithms import brute_force, single_pass
-from kvhit.proofs.registry import Theorem
+from kvhit.proofs.registry import Status, Theorem
 from kvhit.proofs.runner import run_theorem
 from kvhit.proofs.theorems import closure, rounding
 
@@ -53,8 +53,8 @@ def test_shortcut_with_the_non_closed_group_first_is_refuted() -> None:
     broken = Theorem(
         "shortcut_wrong_order",
         "one pass, non-closed group first",
-        "proved",
-        "bounded",
+        Status.PROVED,
+        True,
         closure.one_pass_goals(orders),
         bound=3,
     )
@@ -67,8 +67,8 @@ def test_shortcut_with_two_non_closed_groups_is_refuted() -> None:
     broken = Theorem(
         "shortcut_two_windows",
         "one pass, two windows",
-        "proved",
-        "bounded",
+        Status.PROVED,
+        True,
         closure.one_pass_goals([("full", "sliding_window", "sliding_window")]),
         bound=3,
     )

@@ -12,7 +12,7 @@ import z3
 from kvhit.model import algorithms, finders
 from kvhit.model.finders import Scan, find
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import KINDS, longest_hit, valid
+from kvhit.model.spec import KINDS, Kind, Query, longest_hit, valid
 from kvhit.proofs.cases import Cases
 from kvhit.proofs.common import sym_query
 from kvhit.proofs.registry import Theorem
@@ -86,12 +86,29 @@ def test_an_exclusive_setting_runs_the_exclusive_group() -> None:
     assert z3.simplify(z3.substitute(s.window_blocks(), (w, z3.IntVal(3)))).as_long() == 3
 
 
+def family(groups: int, blocks: int) -> Query:
+    """Group g (mamba, b = 1) misses every block j with j ≡ g (mod groups); M = blocks."""
+    rows = [[j % groups != g for j in range(blocks)] for g in range(groups)]
+    return parse_query(
+        {
+            "groups": [{"kind": Kind.MAMBA, "block_size": 1}] * groups,
+            "cached": rows,
+            "max_length": blocks,
+        }
+    )
+
+
+def family_passes(groups: int, blocks: int) -> int:
+    """The passes the family needs: floor((G-1)·n/G) + 2."""
+    return (groups - 1) * blocks // groups + 2
+
+
 def test_the_family_needs_the_passes_it_claims() -> None:
     for groups, blocks in [(2, 6), (3, 6), (4, 9)]:
-        q = fixed_point.family(groups, blocks)
-        assert fixed_point.passes_of(q) == fixed_point.family_passes(groups, blocks)
+        q = family(groups, blocks)
+        assert fixed_point.passes_of(q) == family_passes(groups, blocks)
     # with as many groups as blocks the termination bound floor(M/A)+1 is reached
-    assert fixed_point.passes_of(fixed_point.family(5, 5)) == 5 + 1
+    assert fixed_point.passes_of(family(5, 5)) == 5 + 1
 
 
 def refuted(module, name: str, bound: int | None):

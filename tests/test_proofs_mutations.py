@@ -251,7 +251,7 @@ def test_a_finder_ignoring_the_exclusive_window_is_refuted(
     assert failed.name.startswith("sliding_window exclusive"), failed.name
     assert {g.status for g in proved} == {"unsat"}
     assert any(g.name.startswith("sliding_window b") for g in proved)
-    if get(name).kind == "bounded":
+    if get(name).bounded:
         cx = result.counterexample
         assert cx is not None and cx.broken and cx.query.groups[0].exclusive
 
@@ -265,8 +265,8 @@ def test_a_goal_whose_assumptions_are_unsat_is_vacuous() -> None:
     t = Theorem(
         "vacuous",
         "x > 0 and x < 0 imply anything",
-        "proved",
-        "unbounded",
+        Status.PROVED,
+        False,
         lambda b: [Goal("contradiction", [x > 0, x < 0], x != 7)],
     )
     result = run_theorem(t)

@@ -6,7 +6,7 @@ import pytest
 import z3
 
 from kvhit.model.algorithms import brute_force, fixed_point, min_of_groups, single_pass
-from kvhit.proofs.registry import Counterexample, Goal, Theorem, all_theorems
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem, all_theorems
 from kvhit.proofs.runner import run_theorem
 from kvhit.proofs.theorems import eagle, min_groups
 
@@ -81,6 +81,6 @@ def test_a_counterexample_that_does_not_break_the_model_is_an_error() -> None:
         return Counterexample(q, "nothing", 0, {}, broken=False)
 
     t = Theorem(
-        "bogus", "x is never 1.", "refuted", "unbounded", lambda b: [Goal("x", [], x == 1, witness)]
+        "bogus", "x is never 1.", Status.REFUTED, False, lambda b: [Goal("x", [], x == 1, witness)]
     )
     assert run_theorem(t).status == "error"

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from kvhit.cli import prove as command
 from kvhit.cli.main import main
 from kvhit.proofs import registry, runner
-from kvhit.proofs.registry import Goal, Theorem
+from kvhit.proofs.registry import Goal, Status, Theorem
 from kvhit.proofs.theorems import eagle
 
 MODULES = ["kvhit.proofs.theorems.min_groups", "kvhit.proofs.theorems.eagle"]
@@ -74,8 +74,8 @@ def test_a_broken_claim_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     claim = Theorem(
         "single_pass_is_longest",
         "One pass answers L* for two sliding windows (wrongly expected proved).",
-        "proved",
-        "bounded",
+        Status.PROVED,
+        True,
         eagle.single_pass_goals,
         bound=3,
     )

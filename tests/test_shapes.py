@@ -9,7 +9,7 @@ from itertools import islice
 
 from kvhit.cli.campaign import RunSettings
 from kvhit.harness.gate import gate_phases
-from kvhit.harness.random_cases import Shape, prefix_blocks, random_queries
+from kvhit.harness.random_cases import QueryShape, prefix_blocks, random_queries
 from kvhit.model.spec import Kind, Query, longest_hit
 
 
@@ -38,7 +38,7 @@ def tree_holds(q: Query) -> bool:
 
 
 def test_every_sglang_shaped_query_is_one_the_tree_holds_and_most_any_are_not() -> None:
-    shaped = list(random_queries(5, 3000, shape=Shape.SGLANG))
+    shaped = list(random_queries(5, 3000, shape=QueryShape.SGLANG))
     assert all(map(tree_holds, shaped))
     mixes = Counter(tuple(sorted(g.kind for g in q.groups)) for q in shaped)
     assert set(mixes) == {
@@ -52,13 +52,13 @@ def test_every_sglang_shaped_query_is_one_the_tree_holds_and_most_any_are_not() 
 
 
 def test_the_sglang_shape_draws_only_the_kinds_asked_for() -> None:
-    shaped = list(random_queries(6, 500, kinds=["mamba"], shape=Shape.SGLANG))
+    shaped = list(random_queries(6, 500, kinds=["mamba"], shape=QueryShape.SGLANG))
     assert {g.kind for q in shaped for g in q.groups} == {Kind.FULL, Kind.MAMBA}
     assert all(q.alignment == 1 for q in shaped if len(q.groups) == 2)
 
 
 def test_the_gate_draws_the_shape_it_is_given() -> None:
-    random_phase = gate_phases(seconds=None, seed=2, cases=200, shape=Shape.SGLANG)[-1]
+    random_phase = gate_phases(seconds=None, seed=2, cases=200, shape=QueryShape.SGLANG)[-1]
     drawn = [q for q, _ in islice(random_phase.cases, 200)]
     assert random_phase.limit == 200 and all(map(tree_holds, drawn))
 
@@ -68,7 +68,7 @@ def settings(target: str, shape: str | None) -> RunSettings:
 
 
 def test_the_sglang_target_gets_its_shape_by_default() -> None:
-    assert settings("sglang", None).drawn_shape() == Shape.SGLANG
-    assert settings("sglang", "any").drawn_shape() == Shape.ANY
-    assert settings("impl", None).drawn_shape() == Shape.ANY
-    assert settings("impl", "sglang").drawn_shape() == Shape.SGLANG
+    assert settings("sglang", None).drawn_shape() == QueryShape.SGLANG
+    assert settings("sglang", "any").drawn_shape() == QueryShape.ANY
+    assert settings("impl", None).drawn_shape() == QueryShape.ANY
+    assert settings("impl", "sglang").drawn_shape() == QueryShape.SGLANG

@@ -10,8 +10,10 @@ from cases import mamba_queries, query, window_queries
 
 import kvhit.engines.sglang.target as adapter
 from kvhit.engines.sglang.target import build, key, layout, sglang_target
-from kvhit.harness.random_cases import Shape, random_queries
+from kvhit.errors import Unsupported
+from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Group, Kind, group_of
 from kvhit.targets.registry import model_target
 
 
@@ -42,7 +44,7 @@ def test_sglang_shaped_random_queries_are_all_answered_and_agree() -> None:
     """``--shape sglang`` (the gate's default for this target) draws only states the
     tree holds: every one answered, none ``unsupported``; windows in both conventions."""
     drawn: Counter[str] = Counter()
-    for q in random_queries(19, 1500, shape=Shape.SGLANG):
+    for q in random_queries(19, 1500, shape=QueryShape.SGLANG):
         answer = sglang_target(q.to_json())
         assert answer == model_target(q.to_json()), q.to_json()
         drawn.update(g.kind for g in q.groups)
@@ -92,3 +94,16 @@ def test_sglang_python_tree_core_answers_as_its_rust_one(monkeypatch: pytest.Mon
 def test_the_adapter_docstring_examples_hold() -> None:
     result = doctest.testmod(adapter, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted >= 2
+
+
+@pytest.mark.parametrize("kind", [k for k in Kind if k != Kind.FULL])
+def test_the_tree_holds_each_kind_it_has_a_reuse_for_and_refuses_the_others(kind: Kind) -> None:
+    """Every kind is in :data:`adapter.REUSED` (the tree holds it beside a full group)
+    or refused by :func:`adapter.shape` (tests/test_kind_registries.py checks the
+    other per-kind maps)."""
+    groups = (Group(Kind.FULL, 1), group_of(kind, 1, 3))
+    if kind in adapter.REUSED:
+        assert adapter.shape(groups, 1).full == 0
+    else:
+        with pytest.raises(Unsupported):
+            adapter.shape(groups, 1)

@@ -64,7 +64,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from kvhit.engines.sglang.target import Pools, Shape, new_cache, shape
+from kvhit.engines.sglang.target import Pools, TreeGroups, new_cache, shape
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
 from kvhit.model.spec import default_alignment
@@ -99,7 +99,7 @@ class SglangCacheEngine:
     def __init__(self, config: dict[str, Any]):
         self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
         alignment = config.get("alignment") or default_alignment(self.groups)
-        self.tree: Shape = shape(self.groups, alignment)
+        self.tree: TreeGroups = shape(self.groups, alignment)
         self.num_blocks = config["num_blocks"]
         page = self.tree.page
         window_pages = max(1, self.num_blocks // 2)

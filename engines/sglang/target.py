@@ -37,6 +37,7 @@ import logging
 import sys
 import warnings
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,7 +153,7 @@ def _within(row: tuple[bool, ...], full: int, what: str) -> tuple[bool, ...]:
 
 
 @dataclass(frozen=True)
-class Shape:
+class TreeGroups:
     """The groups as one SGLang tree: its page size, the full group's index, and the
     window group or the Mamba group's index if there is one."""
 
@@ -163,7 +164,7 @@ class Shape:
     mamba_index: int | None = None
 
 
-def shape(groups: tuple[Group, ...], alignment: int) -> Shape:
+def shape(groups: tuple[Group, ...], alignment: int) -> TreeGroups:
     """How SGLang's tree holds these groups; Unsupported if it cannot.
 
     >>> tree = shape((Group("sliding_window", 2, window=3), Group("full", 2)), 2)
@@ -173,7 +174,7 @@ def shape(groups: tuple[Group, ...], alignment: int) -> Shape:
     kinds = [g.kind for g in groups]
     if any(g.eagle for g in groups):
         raise Unsupported("SGLang's EAGLE cache keys its tree by token pairs; no block is dropped")
-    if kinds.count(Kind.FULL) != 1 or len(kinds) > 2 or Kind.CHUNKED_LOCAL in kinds:
+    if kinds.count(Kind.FULL) != 1 or len(kinds) > 2 or any(k not in REUSED for k in kinds):
         raise Unsupported(
             "SGLang's hybrid radix caches hold one full group plus at most one "
             f"sliding_window or mamba group; got {', '.join(kinds)}"
@@ -188,7 +189,7 @@ def shape(groups: tuple[Group, ...], alignment: int) -> Shape:
     if mamba is not None and page != 1:
         raise Unsupported("SGLang's Mamba cache without its extra buffer needs page size 1")
     window_group = groups[window] if window is not None else None
-    return Shape(page, kinds.index(Kind.FULL), window_group, window, mamba)
+    return TreeGroups(page, kinds.index(Kind.FULL), window_group, window, mamba)
 
 
 def layout(q: Query) -> Layout:
@@ -424,26 +425,41 @@ def build(lay: Layout) -> Built:
     return build_full_cache(lay)
 
 
+def full_reused(g: Group, lay: Layout, built: Built, length: int, full: list[int]) -> list[int]:
+    """The full KV blocks on the matched path."""
+    return full
+
+
+def window_reused(g: Group, lay: Layout, built: Built, length: int, full: list[int]) -> list[int]:
+    """The window blocks SGLang's window reads (the t tokens before the hit) whose
+    window KV it still holds."""
+    first = max(0, length - window_before(g)) // lay.page
+    mapping = built.cache.token_to_kv_pool_allocator.full_to_swa_index_mapping
+    return [j for j in full if j >= first and int(mapping[built.slots[j * lay.page]]) > 0]
+
+
+def mamba_reused(g: Group, lay: Layout, built: Built, length: int, full: list[int]) -> list[int]:
+    """The Mamba state at the hit, if SGLang still holds it."""
+    held = set(built.cache.all_mamba_values_flatten().tolist())
+    state = built.mamba_slots.get(length)
+    return [length - 1] if state is not None and state in held else []
+
+
+REUSED: dict[Kind, Callable[[Group, Layout, Built, int, list[int]], list[int]]] = {
+    Kind.FULL: full_reused,
+    Kind.SLIDING_WINDOW: window_reused,
+    Kind.MAMBA: mamba_reused,
+}
+"""Each kind SGLang's tree holds, and the blocks its match reuses for a group of that
+kind at a hit (given the full blocks on the matched path); :func:`shape` refuses the
+other kinds (chunked local)."""
+
+
 def reused(q: Query, lay: Layout, built: Built, length: int, path: torch.Tensor) -> list[list[int]]:
-    """Per group, the blocks SGLang's match reuses at ``length``: the full KV slots
-    on the matched path; the window blocks SGLang's window reads (the t tokens before
-    the hit) whose window KV it still holds; the Mamba state at the hit."""
+    """Per group, the blocks SGLang's match reuses at ``length`` (:data:`REUSED`)."""
     position = {int(slot): p for p, slot in enumerate(built.slots.tolist())}
     full = sorted({position[int(s)] // lay.page for s in path[:length].tolist()})
-    out = []
-    for g in q.groups:
-        if g.kind == Kind.FULL:
-            out.append(full)
-        elif g.kind == Kind.SLIDING_WINDOW:
-            first = max(0, length - window_before(g)) // lay.page
-            mapping = built.cache.token_to_kv_pool_allocator.full_to_swa_index_mapping
-            live = [j for j in full if j >= first and int(mapping[built.slots[j * lay.page]]) > 0]
-            out.append(live)
-        else:
-            held = set(built.cache.all_mamba_values_flatten().tolist())
-            state = built.mamba_slots.get(length)
-            out.append([length - 1] if state is not None and state in held else [])
-    return out
+    return [REUSED[g.kind](g, lay, built, length, full) for g in q.groups]
 
 
 def sglang_target(query: dict[str, Any]) -> dict[str, Any]:

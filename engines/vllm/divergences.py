@@ -23,7 +23,7 @@ from typing import Any
 from kvhit.engines.vllm.release import spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query, window_before
+from kvhit.model.spec import Group, Kind, Query, window_before
 
 OLDEST = "0.14.0"
 NEWEST = "0.34.0"
@@ -72,12 +72,12 @@ def same_spec(a: Group, b: Group) -> bool:
 
 def window_one(q: Query) -> bool:
     """A sliding window of 1 token, the token alone (t = 0: no block before the hit)."""
-    return any(g.kind == "sliding_window" and window_before(g) == 0 for g in q.groups)
+    return any(g.kind == Kind.SLIDING_WINDOW and window_before(g) == 0 for g in q.groups)
 
 
 def chunk_off_blocks(q: Query) -> bool:
     """A chunked local group whose chunk is not a multiple of its block size."""
-    return any(g.kind == "chunked_local" and g.chunk % g.block_size for g in q.groups)
+    return any(g.kind == Kind.CHUNKED_LOCAL and g.chunk % g.block_size for g in q.groups)
 
 
 def lone_eagle(q: Query) -> bool:
@@ -88,7 +88,7 @@ def lone_eagle(q: Query) -> bool:
 def eagle_window_off_alignment(q: Query) -> bool:
     """An eagle sliding window group whose block size is not the alignment."""
     return any(
-        g.kind == "sliding_window" and g.eagle and g.block_size != q.alignment for g in q.groups
+        g.kind == Kind.SLIDING_WINDOW and g.eagle and g.block_size != q.alignment for g in q.groups
     )
 
 
@@ -104,7 +104,7 @@ def eagle_shares_spec(q: Query) -> bool:
 
 def eagle_windows(q: Query) -> bool:
     """Two eagle sliding window groups with different specs."""
-    specs = {spec_key(g) for g in q.groups if g.kind == "sliding_window" and g.eagle}
+    specs = {spec_key(g) for g in q.groups if g.kind == Kind.SLIDING_WINDOW and g.eagle}
     return len(specs) >= 2
 
 

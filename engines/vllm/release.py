@@ -173,7 +173,7 @@ def refusal(q: Query, release: Release) -> str | None:
         )
     if len(q.groups) == 1 and q.alignment != sizes[0]:
         return "vLLM aligns a single group's hits to its block size (scheduler block size = b)"
-    if any(g.kind == "chunked_local" and g.block_size != q.alignment for g in q.groups):
+    if any(g.kind == Kind.CHUNKED_LOCAL and g.block_size != q.alignment for g in q.groups):
         return "vLLM asserts that a chunked local group's block size is the alignment"
     if not release.scheduler_alignment and q.alignment != lcm(*sizes):
         return (
@@ -182,14 +182,14 @@ def refusal(q: Query, release: Release) -> str | None:
         )
     eagle = [g.eagle for g in q.groups if g.kind in EAGLE_KINDS]
     if any(eagle) and not release.group_eagle_flag:
-        if not all(eagle) or any(g.kind == "chunked_local" for g in q.groups):
+        if not all(eagle) or any(g.kind == Kind.CHUNKED_LOCAL for g in q.groups):
             return (
                 f"vLLM {release.name} has no per-group eagle flag (KVCacheGroupSpec."
                 "is_eagle_group): eagle applies to every full and sliding window group "
                 "or to none, and not with chunked local attention"
             )
     if release.eagle_window_needs_block_alignment and any(
-        g.eagle and g.kind == "sliding_window" and g.block_size != q.alignment for g in q.groups
+        g.eagle and g.kind == Kind.SLIDING_WINDOW and g.block_size != q.alignment for g in q.groups
     ):
         return (
             f"vLLM {release.name} asserts that an eagle sliding window's block size is "

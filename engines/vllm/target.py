@@ -43,6 +43,7 @@ How the protocol maps onto vLLM (docs/design.md §1, against vLLM 0.34):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 from math import gcd
@@ -54,7 +55,7 @@ import torch
 from kvhit.engines.vllm.release import detect, import_failure, refusal
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query, inclusive_window
+from kvhit.model.spec import Group, Kind, Query, inclusive_window
 
 try:
     from vllm.utils.hashing import sha256
@@ -91,21 +92,49 @@ class Lookup:
     uncached_common_prefix: int | None
 
 
-def group_spec(g: Group) -> KVCacheSpec:
-    """vLLM's KV cache spec for one protocol group."""
-    draft = {"is_draft": g.eagle} if RELEASE.draft_flag else {}
-    if g.kind == "full":
-        return FullAttentionSpec(block_size=g.block_size, **ATTENTION, **draft)
-    if g.kind == "sliding_window":
-        return SlidingWindowSpec(
-            block_size=g.block_size, sliding_window=inclusive_window(g), **ATTENTION, **draft
-        )
-    if g.kind == "chunked_local":
-        return ChunkedLocalAttentionSpec(
-            block_size=g.block_size, attention_chunk_size=g.chunk, **ATTENTION
-        )
+def draft_flag(g: Group) -> dict[str, bool]:
+    """The spec's ``is_draft`` keyword, where the release has it."""
+    return {"is_draft": g.eagle} if RELEASE.draft_flag else {}
+
+
+def full_spec(g: Group) -> KVCacheSpec:
+    """A full attention group's spec (a drafter's spec is flagged)."""
+    return FullAttentionSpec(block_size=g.block_size, **ATTENTION, **draft_flag(g))
+
+
+def sliding_window_spec(g: Group) -> KVCacheSpec:
+    """A sliding window group's spec, its window inclusive (a drafter's is flagged)."""
+    return SlidingWindowSpec(
+        block_size=g.block_size, sliding_window=inclusive_window(g), **ATTENTION, **draft_flag(g)
+    )
+
+
+def chunked_local_spec(g: Group) -> KVCacheSpec:
+    """A chunked local attention group's spec."""
+    return ChunkedLocalAttentionSpec(
+        block_size=g.block_size, attention_chunk_size=g.chunk, **ATTENTION
+    )
+
+
+def mamba_spec(g: Group) -> KVCacheSpec:
+    """A Mamba group's spec, its states cached at block boundaries."""
     mode = {"mamba_cache_mode": "align"} if RELEASE.mamba_cache_mode else {}
     return MambaSpec(block_size=g.block_size, **MAMBA_STATE, **mode)
+
+
+SPECS: dict[Kind, Callable[[Group], KVCacheSpec]] = {
+    Kind.FULL: full_spec,
+    Kind.SLIDING_WINDOW: sliding_window_spec,
+    Kind.CHUNKED_LOCAL: chunked_local_spec,
+    Kind.MAMBA: mamba_spec,
+}
+"""Each kind's vLLM KV cache spec; the kinds a drafter can have
+(:data:`kvhit.model.spec.EAGLE_KINDS`) carry ``is_draft``."""
+
+
+def group_spec(g: Group) -> KVCacheSpec:
+    """vLLM's KV cache spec for one protocol group."""
+    return SPECS[g.kind](g)
 
 
 def hash_block_size(q: Query) -> int:

@@ -29,15 +29,13 @@ import z3
 
 from kvhit.model.algorithms import fixed_point, single_pass, top_length
 from kvhit.model.finders import find
-from kvhit.model.spec import Query, valid
-from kvhit.proofs.common import SymQuery, sym_query
-from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.model.spec import Kind, Query, valid
+from kvhit.proofs.common import NOT_CLOSED, SymQuery, sym_query
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.witness import spec_goal
 
 CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 4))
 """(block size, alignment) pairs every claim runs at."""
-
-NOT_CLOSED = ("sliding_window", "chunked_local", "mamba")
 
 
 def valid_lengths(q: Query) -> dict[int, bool]:
@@ -46,7 +44,7 @@ def valid_lengths(q: Query) -> dict[int, bool]:
     return {length: valid(g, row, length, q.num_tokens) for length in q.candidates()}
 
 
-def one_group(kind: str, b: int, a: int, blocks: int, name: str) -> SymQuery:
+def one_group(kind: Kind, b: int, a: int, blocks: int, name: str) -> SymQuery:
     """A symbolic query of one group, M of at most ``blocks`` units of A."""
     return sym_query([kind], max_top=blocks * a, name=name, block_sizes=[b], alignment=a)
 
@@ -66,7 +64,7 @@ def closure_witness(sq: SymQuery, lower: Any) -> Any:
     return witness
 
 
-def closure_goal(kind: str, b: int, a: int, blocks: int) -> Goal:
+def closure_goal(kind: Kind, b: int, a: int, blocks: int) -> Goal:
     """valid at L = M (a multiple of A) and not at a smaller multiple of A."""
     sq = one_group(kind, b, a, blocks, "dc")
     q, ops = sq.query, sq.ops
@@ -88,7 +86,7 @@ def closure_goal(kind: str, b: int, a: int, blocks: int) -> Goal:
     )
 
 
-def closure_goals(kind: str) -> Any:
+def closure_goals(kind: Kind) -> Any:
     """The closure claim for ``kind`` at every config of :data:`CONFIGS`."""
     return lambda bound: [closure_goal(kind, b, a, bound or 8) for b, a in CONFIGS]
 
@@ -98,7 +96,7 @@ def evaluate_once_goals(bound: int | None) -> list[Goal]:
     L ≤ top, and f(m) = min(⌊m/A⌋·A, f(top))."""
     goals = []
     for b, a in CONFIGS:
-        sq = one_group("full", b, a, bound or 8, "eo")
+        sq = one_group(Kind.FULL, b, a, bound or 8, "eo")
         q, ops = sq.query, sq.ops
         g, row = q.groups[0], q.cached[0]
         top = top_length(q, ops)
@@ -120,7 +118,7 @@ def evaluate_once_goals(bound: int | None) -> list[Goal]:
     return goals
 
 
-def one_pass_goal(kinds: tuple[str, ...], b: int, a: int, blocks: int) -> Goal:
+def one_pass_goal(kinds: tuple[Kind, ...], b: int, a: int, blocks: int) -> Goal:
     """One pass over ``kinds`` (in this order) != L*."""
     sq = sym_query(list(kinds), blocks * a, "op", block_sizes=[b] * len(kinds), alignment=a)
     others = {"fixed point": fixed_point}
@@ -128,12 +126,12 @@ def one_pass_goal(kinds: tuple[str, ...], b: int, a: int, blocks: int) -> Goal:
     return spec_goal(label, sq, "single pass", single_pass, others, smallest=True)
 
 
-def shortcut_orders() -> list[tuple[str, ...]]:
+def shortcut_orders() -> list[tuple[Kind, ...]]:
     """One or two full groups, then one non-closed group."""
-    return [("full",) * count + (last,) for count in (1, 2) for last in NOT_CLOSED]
+    return [(Kind.FULL,) * count + (last,) for count in (1, 2) for last in NOT_CLOSED]
 
 
-def one_pass_goals(orders: list[tuple[str, ...]]) -> Any:
+def one_pass_goals(orders: list[tuple[Kind, ...]]) -> Any:
     """The one-pass claim for every order in ``orders`` and every config."""
     return lambda bound: [
         one_pass_goal(kinds, b, a, bound or 8) for kinds in orders for b, a in CONFIGS
@@ -147,11 +145,11 @@ THEOREMS = [
             "Full attention is downward closed: valid at L implies valid at every smaller "
             "multiple of A (b/A = 1/1 and 2/4, every cache row, L up to N units of A)."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=16,
         quick_bound=8,
-        build=closure_goals("full"),
+        build=closure_goals(Kind.FULL),
         rests_on="model code: spec valid",
         scope="M <= N units of A; b/A 1/1, 2/4",
     ),
@@ -162,8 +160,8 @@ THEOREMS = [
             "A up to f(top), so f(m) = min(floor(m/A)*A, f(top)): evaluating once and "
             "trimming is sound (b/A = 1/1 and 2/4, M up to N units of A)."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=16,
         quick_bound=8,
         build=evaluate_once_goals,
@@ -177,8 +175,8 @@ THEOREMS = [
             "mamba group last, a single pass returns L* (b/A = 1/1 and 2/4, every cache "
             "state, window and chunk, M up to N units of A)."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=7,
         quick_bound=3,
         build=one_pass_goals(shortcut_orders()),
@@ -191,11 +189,11 @@ THEOREMS = [
             "A sliding window is downward closed like full attention (known wrong: valid "
             "at L says nothing about smaller L)."
         ),
-        expected="refuted",
-        kind="bounded",
+        expected=Status.REFUTED,
+        bounded=True,
         bound=8,
         quick_bound=4,
-        build=closure_goals("sliding_window"),
+        build=closure_goals(Kind.SLIDING_WINDOW),
         rests_on="model code: spec valid",
         scope="M <= N units of A; b/A 1/1, 2/4",
     ),

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import z3
@@ -56,10 +57,12 @@ import z3
 from kvhit.model.finders import Frame, Scan, find, frame_for, run_scan, scan_for
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import (
+    PARAMETERS,
     WINDOW_CONVENTIONS,
     Group,
     Kind,
     WindowConvention,
+    group_of,
     longest_hit,
     valid,
     window_span,
@@ -69,7 +72,7 @@ from kvhit.proofs.cases import CaseOps, Cases, is_boolean
 from kvhit.proofs.common import FINDERS, model_int, protocol_group
 from kvhit.proofs.instantiate import ground
 from kvhit.proofs.linearize import linearize
-from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
 CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (2, 4), (3, 6), (4, 4), (4, 8), (16, 16))
@@ -93,34 +96,31 @@ class Finder:
     wrapper, and the window convention its group reads (a sliding window's finder is
     proved under each)."""
 
-    kind: str
+    kind: Kind
     eagle: bool = False
-    convention: str = WindowConvention.INCLUSIVE
+    convention: WindowConvention = WindowConvention.INCLUSIVE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Kind(self.kind))
+        object.__setattr__(self, "convention", WindowConvention(self.convention))
 
     @property
     def label(self) -> str:
         """``kind [exclusive] [eagle]``, as :meth:`Group.describe` names them.
 
-        >>> Finder("sliding_window", True, "exclusive").label
+        >>> Finder(Kind.SLIDING_WINDOW, True, WindowConvention.EXCLUSIVE).label
         'sliding_window exclusive eagle'
         """
         convention = " exclusive" if self.convention == WindowConvention.EXCLUSIVE else ""
         return f"{self.kind}{convention}{' eagle' if self.eagle else ''}"
 
-    def group(self, block_size: Any, window: Any, chunk: Any) -> Group:
-        """The group this finder runs for (``window`` and ``chunk`` kept where its
-        kind reads them)."""
-        return Group(
-            self.kind,
-            block_size,
-            window=window if self.kind == Kind.SLIDING_WINDOW else None,
-            chunk=chunk if self.kind == Kind.CHUNKED_LOCAL else None,
-            eagle=self.eagle,
-            window_convention=self.convention,
-        )
+    def group(self, block_size: Any, span: Any) -> Group:
+        """The group this finder runs for, its window or chunk (if its kind reads
+        one) ``span``."""
+        return group_of(self.kind, block_size, span, self.eagle, self.convention)
 
 
-def conventions(kind: str) -> tuple[WindowConvention, ...]:
+def conventions(kind: Kind) -> tuple[WindowConvention, ...]:
     """The window conventions a finder of this kind is proved under."""
     return WINDOW_CONVENTIONS if kind == Kind.SLIDING_WINDOW else (WindowConvention.INCLUSIVE,)
 
@@ -203,7 +203,7 @@ def miss_axioms(row: MissRow, ops: Z3Ops) -> list[Any]:
 
 
 @dataclass
-class Setting:
+class FinderSetting:
     """One finder at one (b, A), with its symbolic parameters and the spec around it."""
 
     block_size: Any
@@ -251,7 +251,7 @@ class Setting:
         return window_span(self.group, self.ops) + (1 if self.group.eagle else 0)
 
 
-def make_setting(finder: Finder, b: Any, a: Any, bound: int | None, tag: str = "") -> Setting:
+def make_setting(finder: Finder, b: Any, a: Any, bound: int | None, tag: str = "") -> FinderSetting:
     """Symbolic parameters for one finder at block size b and alignment a.
 
     ``bound`` None: unbounded (rows of any length, read through ``below``);
@@ -260,13 +260,11 @@ def make_setting(finder: Finder, b: Any, a: Any, bound: int | None, tag: str = "
     positive too).
     """
     p = f"{finder.label.replace(' ', '_')}_b{b}_A{a}{tag}_"
-    window, chunk, m, num_tokens = z3.Ints(f"{p}w {p}c {p}m {p}T")
-    group = finder.group(b, window, chunk)
+    span, m, num_tokens = z3.Ints(f"{p}span {p}m {p}T")
+    group = finder.group(b, span)
     pre = [m >= 0, num_tokens > m]
-    if finder.kind == Kind.SLIDING_WINDOW:
-        pre.append(window >= 1)
-    if finder.kind == Kind.CHUNKED_LOCAL:
-        pre.append(chunk >= 1)
+    if PARAMETERS[finder.kind] is not None:
+        pre.append(span >= 1)
     if bound is None:
         ops: Z3Ops = MissOps(bound=1)
         length = z3.Int(f"{p}rows")
@@ -285,7 +283,7 @@ def make_setting(finder: Finder, b: Any, a: Any, bound: int | None, tag: str = "
     if bound is not None:
         pre.append(frame.limit <= bound)
     scan = scan_for(group, m, a, num_tokens, ops)
-    return Setting(b, a, ops, row, m, num_tokens, group, frame, scan, pre, candidates)
+    return FinderSetting(b, a, ops, row, m, num_tokens, group, frame, scan, pre, candidates)
 
 
 # --- the loop invariants, one per kind --------------------------------------------
@@ -293,7 +291,7 @@ def make_setting(finder: Finder, b: Any, a: Any, bound: int | None, tag: str = "
 # An "up" scan has visited blocks [0, j); a "down" scan has visited [j, limit).
 
 
-def full_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+def full_invariant(s: FinderSetting, state: tuple[Any, ...], j: Any) -> Any:
     """run: blocks [0, run) are cached; alive: no miss yet (then run = j), else block run missed."""
     run, alive = state
     ops, row = s.ops, s.row
@@ -308,7 +306,7 @@ def full_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
     )
 
 
-def chunked_local_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+def chunked_local_invariant(s: FinderSetting, state: tuple[Any, ...], j: Any) -> Any:
     """clean_from: blocks [clean_from, j) are cached and block clean_from-1 missed;
     hit: the longest valid candidate ending at or before block j."""
     clean_from, hit = state
@@ -328,7 +326,7 @@ def chunked_local_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
     )
 
 
-def sliding_window_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+def sliding_window_invariant(s: FinderSetting, state: tuple[Any, ...], j: Any) -> Any:
     """found: hit is the answer. Else, with run > 0: blocks [j, j+run) are cached
     and end j+run is a candidate (hit) needing more than run blocks; with run = 0:
     no candidate above end j is valid."""
@@ -358,7 +356,7 @@ def sliding_window_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
     )
 
 
-def mamba_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
+def mamba_invariant(s: FinderSetting, state: tuple[Any, ...], j: Any) -> Any:
     """found: hit is the answer; else no candidate above end j is valid."""
     found, hit = state
     return z3.And(
@@ -372,12 +370,13 @@ def mamba_invariant(s: Setting, state: tuple[Any, ...], j: Any) -> Any:
     )
 
 
-INVARIANTS: dict[str, Callable[[Setting, tuple[Any, ...], Any], Any]] = {
-    "full": full_invariant,
-    "chunked_local": chunked_local_invariant,
-    "sliding_window": sliding_window_invariant,
-    "mamba": mamba_invariant,
+INVARIANTS: dict[Kind, Callable[[FinderSetting, tuple[Any, ...], Any], Any]] = {
+    Kind.FULL: full_invariant,
+    Kind.SLIDING_WINDOW: sliding_window_invariant,
+    Kind.CHUNKED_LOCAL: chunked_local_invariant,
+    Kind.MAMBA: mamba_invariant,
 }
+"""Each kind's loop invariant over its scan's state at block index j."""
 
 
 def fresh_state(template: tuple[Any, ...], prefix: str) -> tuple[Any, ...]:
@@ -392,7 +391,7 @@ Part = tuple[list[Any], Any]
 """An obligation: its assumptions and the negation of its claim."""
 
 
-def induction_parts(s: Setting, j: Any, tag: str) -> dict[str, Part]:
+def induction_parts(s: FinderSetting, j: Any, tag: str) -> dict[str, Part]:
     """The three obligations at index j: ``init`` and ``exit`` ignore j; ``step``
     steps from the visited region ending (up) or starting (down) at j."""
     inv = INVARIANTS[s.group.kind]
@@ -468,7 +467,7 @@ def unrolled_goals(finder: Finder, b: int, a: int, bound: int) -> list[Goal]:
     ]
 
 
-def contract_witness(s: Setting, bound: int) -> Any:
+def contract_witness(s: FinderSetting, bound: int) -> Any:
     """A one-group protocol query from a model (the group's window convention kept);
     broken when the plain finder is not L*."""
 
@@ -510,8 +509,8 @@ THEOREMS = [
             f"length (so every bound N), window, chunk, m and T ({_text(CONFIGS)}): "
             "an inductive loop invariant over the model's own scan step."
         ),
-        expected="proved",
-        kind="unbounded",
+        expected=Status.PROVED,
+        bounded=False,
         build=lambda bound: _all(unbounded_goals, CONFIGS),
         rests_on="model code: each finder's Scan (start, step, finish), both window conventions",
         scope="any row length, window (inclusive and exclusive), chunk, m, T; b/A "
@@ -526,8 +525,8 @@ THEOREMS = [
             "with products and quotients by b, A and the chunk read as functions bound by "
             "the lemmas of arithmetic_lemmas."
         ),
-        expected="proved",
-        kind="unbounded",
+        expected=Status.PROVED,
+        bounded=False,
         build=lambda bound: [g for f in CONTRACT_FINDERS for g in symbolic_goals(f)],
         rests_on=(
             "model code: each finder's Scan, both window conventions; "
@@ -543,8 +542,8 @@ THEOREMS = [
             "floor bounds of x/d, products by d >= 1 keep order and small gaps, the "
             "remainder, and a multiple of a*d is a multiple of d."
         ),
-        expected="proved",
-        kind="unbounded",
+        expected=Status.PROVED,
+        bounded=False,
         build=lemma_theorem_goals,
         rests_on="integer arithmetic (nonlinear goals, no abstraction)",
         scope="every integer d >= 1, x, y, k, a",
@@ -558,11 +557,11 @@ THEOREMS = [
                 f"and T (b={b} A={a}): the model's whole scan unrolled over symbolic bits, "
                 "a cross-check that uses no invariant."
             ),
-            expected="proved",
-            kind="bounded",
+            expected=Status.PROVED,
+            bounded=True,
             bound=bound,
             quick_bound=12,
-            build=lambda n, b=b, a=a: _all(unrolled_goals, ((b, a),), n),
+            build=partial(_all, unrolled_goals, ((b, a),)),
             rests_on="model code: each finder's whole scan, unrolled, both window conventions",
             scope=f"rows of N blocks; window (inclusive and exclusive); b/A {b}/{a}",
         )

@@ -28,19 +28,21 @@ from __future__ import annotations
 from typing import Any
 
 from kvhit.model.algorithms import fixed_point, single_pass, spiral_fixed_point
-from kvhit.proofs.common import FINDERS, SymQuery, sym_query
-from kvhit.proofs.registry import Goal, Theorem
+from kvhit.model.spec import EAGLE_KINDS, Kind
+from kvhit.proofs.common import FINDERS, FinderKind, SymQuery, sym_query
+from kvhit.proofs.registry import Goal, Status, Theorem
 from kvhit.proofs.witness import spec_goal
 
-EAGLES: tuple[tuple[str, bool], ...] = (("full", True), ("sliding_window", True))
+EAGLES: tuple[FinderKind, ...] = tuple((kind, True) for kind in EAGLE_KINDS)
+"""The eagle wrapper on each kind a drafter can have."""
 
 
-def label(kinds: tuple[tuple[str, bool], ...]) -> str:
+def label(kinds: tuple[FinderKind, ...]) -> str:
     """``sliding_window eagle + mamba``."""
     return " + ".join(f"{kind}{' eagle' if eagle else ''}" for kind, eagle in kinds)
 
 
-def query_for(kinds: tuple[tuple[str, bool], ...], blocks: int, name: str) -> SymQuery:
+def query_for(kinds: tuple[FinderKind, ...], blocks: int, name: str) -> SymQuery:
     """A symbolic query of these groups at b = A = 1, M of at most ``blocks`` blocks."""
     return sym_query(list(kinds), max_top=blocks, name=name)
 
@@ -58,7 +60,7 @@ def single_drop_goals(bound: int | None) -> list[Goal]:
 
 
 def wrong_goal(
-    kinds: tuple[tuple[str, bool], ...], blocks: int, algorithm: str, run: Any, note: str
+    kinds: tuple[FinderKind, ...], blocks: int, algorithm: str, run: Any, note: str
 ) -> Goal:
     """``run`` (an algorithm over a query) != L*, with the smallest M and cache."""
     sq = query_for(kinds, blocks, "wrong")
@@ -76,7 +78,7 @@ def spiral_goals(bound: int | None) -> list[Goal]:
 
 def single_pass_goals(bound: int | None) -> list[Goal]:
     """One pass != L* for two sliding windows."""
-    kinds = (("sliding_window", False), ("sliding_window", False))
+    kinds = ((Kind.SLIDING_WINDOW, False), (Kind.SLIDING_WINDOW, False))
     note = "a later group lowered L below what an earlier group had checked"
     return [wrong_goal(kinds, bound or 5, "single pass", single_pass, note)]
 
@@ -89,8 +91,8 @@ THEOREMS = [
             "for an eagle group alone or next to any other finder (b = A = 1, every "
             "cache state with M up to N blocks, every T, window and chunk)."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=4,
         quick_bound=3,
         build=single_drop_goals,
@@ -103,8 +105,8 @@ THEOREMS = [
             "An eagle finder that drops a block on every call (the spiral) inside the "
             "fixed point returns L* (known wrong)."
         ),
-        expected="refuted",
-        kind="bounded",
+        expected=Status.REFUTED,
+        bounded=True,
         bound=5,
         quick_bound=3,
         build=spiral_goals,
@@ -117,8 +119,8 @@ THEOREMS = [
             "One pass of the fixed point, without the repeat, returns L* for two "
             "sliding-window groups (known wrong)."
         ),
-        expected="refuted",
-        kind="bounded",
+        expected=Status.REFUTED,
+        bounded=True,
         bound=5,
         quick_bound=3,
         build=single_pass_goals,

@@ -39,14 +39,14 @@ from kvhit.model import algorithms
 from kvhit.model.algorithms import Loop
 from kvhit.model.ops import Ops
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Query
+from kvhit.model.spec import Kind, Query
 from kvhit.proofs.common import AbstractFinders, SymQuery, sym_query
-from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import Z3Ops
 
 
 @dataclass
-class Setting:
+class LoopSetting:
     """Everything the loop-invariant goals share: G groups behind uninterpreted
     contract-meeting finders, M (A = 1: lengths in units of A), the model's own
     :class:`~kvhit.model.algorithms.Loop` over them, and L* with its blame function."""
@@ -114,7 +114,7 @@ class Setting:
         )
 
 
-def setting() -> Setting:
+def loop_setting() -> LoopSetting:
     """Any number of groups, any M, any contract-meeting finders, as z3 terms."""
     af = AbstractFinders("fp")
     G, m = z3.Ints("fp_G fp_M")
@@ -125,12 +125,12 @@ def setting() -> Setting:
     blame = z3.Function("fp_blame", z3.IntSort(), z3.IntSort())
     loop = Loop(af.F, G, ops)
     facts = [G >= 1, m >= 0, ls >= 0, ls <= top]
-    return Setting(af, loop, G, top, passes, ls, blame, facts)
+    return LoopSetting(af, loop, G, top, passes, ls, blame, facts)
 
 
 def loop_goals() -> dict[str, Goal]:
     """Every obligation of the two loop invariants, by name (see the module docstring)."""
-    s = setting()
+    s = loop_setting()
     loop = s.loop
     x, length, g, p, after = z3.Ints("fp_x fp_L fp_g fp_p fp_after")
     done = z3.Bool("fp_done")
@@ -202,7 +202,7 @@ def mamba_witness(af: AbstractFinders, groups: int, top: int, run: Any) -> Any:
         ]
         q = parse_query(
             {
-                "groups": [{"kind": "mamba", "block_size": 1}] * groups,
+                "groups": [{"kind": Kind.MAMBA, "block_size": 1}] * groups,
                 "cached": rows,
                 "max_length": top,
             }
@@ -255,29 +255,12 @@ def passes_of(q: Query) -> int:
     return ops.count
 
 
-def family(groups: int, blocks: int) -> Query:
-    """Group g (mamba, b = 1) misses every block j with j ≡ g (mod groups); M = blocks."""
-    rows = [[j % groups != g for j in range(blocks)] for g in range(groups)]
-    return parse_query(
-        {
-            "groups": [{"kind": "mamba", "block_size": 1}] * groups,
-            "cached": rows,
-            "max_length": blocks,
-        }
-    )
-
-
-def family_passes(groups: int, blocks: int) -> int:
-    """The passes the family needs: floor((G-1)·n/G) + 2."""
-    return (groups - 1) * blocks // groups + 2
-
-
 def many_passes_goals(bound: int | None) -> list[Goal]:
     """Two groups, M = n blocks: one pass more than floor(n/2)+2 never changes L."""
     assert bound is not None
     goals = []
     for n in range(1, min(bound, 8) + 1):
-        sq = sym_query(["mamba", "mamba"], n, f"mp{n}")
+        sq = sym_query([Kind.MAMBA, Kind.MAMBA], n, f"mp{n}")
         q = sq.query
         finders = algorithms.group_finders(q, sq.ops)
         need = n // 2 + 3  # one more than the claimed most
@@ -317,8 +300,8 @@ THEOREMS = [
             "its floor(M/A)+1 passes: a loop invariant per fold, over one symbolic step "
             "of the model's own visit and settle (lengths in units of A)."
         ),
-        expected="proved",
-        kind="unbounded",
+        expected=Status.PROVED,
+        bounded=False,
         build=invariant_goals(MAXIMAL),
         rests_on="model code: Loop (finders abstract)",
         scope="any G, order, M",
@@ -329,8 +312,8 @@ THEOREMS = [
             "The model's own fixed_point_of, run on 1 to 3 arbitrary contract-meeting "
             "finders, returns L* for every top up to N units of A."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=6,
         quick_bound=4,
         build=model_code_goals,
@@ -344,8 +327,8 @@ THEOREMS = [
             "stays at or above L* >= 0, and a settled state stays settled, so the loop "
             "settles within floor(M/A)+1 passes (any groups, order, M)."
         ),
-        expected="proved",
-        kind="unbounded",
+        expected=Status.PROVED,
+        bounded=False,
         build=invariant_goals(TERMINATION),
         rests_on="model code: Loop (finders abstract)",
         scope="any G, order, M",
@@ -356,8 +339,8 @@ THEOREMS = [
             "No two-group cache state (mamba, b = 1, M = n blocks) needs more than "
             "floor(n/2)+2 passes of the model's fixed point."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=8,
         quick_bound=6,
         build=many_passes_goals,

@@ -13,7 +13,7 @@ window and every chunk (both unbounded), for each kind, eagle flag and block siz
 1 … 4.
 
     >>> [goal.name for goal in build(4)][:2]
-    ['full b=1', 'full eagle b=1']
+    ['full b=1', 'sliding_window b=1']
 """
 
 from __future__ import annotations
@@ -24,19 +24,12 @@ import torch
 import z3
 
 from kvhit.impl.formula import prefix_sums, stage, valid_lengths
-from kvhit.model.spec import Group, Query, valid
-from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.model.spec import Kind, Query, group_of, valid
+from kvhit.proofs.common import FINDERS
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
 BLOCK_SIZES = (1, 2, 3, 4)
-SHAPES = (
-    ("full", False),
-    ("full", True),
-    ("sliding_window", False),
-    ("sliding_window", True),
-    ("chunked_local", False),
-    ("mamba", False),
-)
 
 
 def at_index(terms: list[Any], i: Any) -> Any:
@@ -56,17 +49,11 @@ def miss_terms(row: SymRow, size: int, ops: Z3Ops) -> list[Any]:
     return misses
 
 
-def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
+def goal_for(kind: Kind, eagle: bool, b: int, bound: int) -> Goal:
     """The negated claim for one kind, eagle flag and block size."""
-    window, chunk = z3.Int("window"), z3.Int("chunk")
+    span = z3.Int("span")  # the window or chunk, if the kind reads one
     length, num_tokens = z3.Int("L"), z3.Int("T")
-    g = Group(
-        kind,
-        b,
-        window=window if kind == "sliding_window" else None,
-        chunk=chunk if kind == "chunked_local" else None,
-        eagle=eagle,
-    )
+    g = group_of(kind, b, span, eagle)
     ops = Z3Ops(bound)
     # A row of N blocks with free bits covers every shorter row (trailing misses).
     row = SymRow.fresh("cached", bound)
@@ -74,8 +61,7 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
     staged = stage(g, length, num_tokens, ops).holds(lambda i: at_index(misses, i), ops)
     blockwise = valid(g, row, length, num_tokens, ops)
     assertions = [
-        window >= 1,
-        chunk >= 1,
+        span >= 1,
         length >= 0,
         length / b + 1 <= bound,
         num_tokens > length,
@@ -86,13 +72,7 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
         def value(term: Any) -> int:
             return model.eval(term, model_completion=True).as_long()
 
-        concrete = Group(
-            kind,
-            b,
-            window=value(window) if kind == "sliding_window" else None,
-            chunk=value(chunk) if kind == "chunked_local" else None,
-            eagle=eagle,
-        )
+        concrete = group_of(kind, b, value(span), eagle)
         bits = row.values(model, bound)
         at, total = value(length), value(num_tokens)
         spec = valid(concrete, bits, at, total)
@@ -111,7 +91,7 @@ def goal_for(kind: str, eagle: bool, b: int, bound: int) -> Goal:
 def build(bound: int | None) -> list[Goal]:
     """One goal per kind, eagle flag and block size, at rows of ``bound`` blocks."""
     n = bound or 8
-    return [goal_for(kind, eagle, b, n) for b in BLOCK_SIZES for kind, eagle in SHAPES]
+    return [goal_for(kind, eagle, b, n) for b in BLOCK_SIZES for kind, eagle in FINDERS]
 
 
 THEOREMS = [
@@ -123,8 +103,8 @@ THEOREMS = [
             "spec's blockwise valid for every kind, eagle flag and block size 1-4, "
             "any window and chunk, rows of up to N blocks."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=8,
         quick_bound=6,
         build=build,

@@ -38,8 +38,8 @@ import z3
 from kvhit.impl import coordinator
 from kvhit.impl.formula import Plan
 from kvhit.model.algorithms import brute_force, longest_of
-from kvhit.model.spec import Group, Query, default_alignment
-from kvhit.proofs.registry import Counterexample, Goal, Theorem
+from kvhit.model.spec import Group, Kind, Query, default_alignment
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 from kvhit.proofs.theorems.impl_formula import at_index
 
@@ -47,26 +47,24 @@ BLOCKS = 16
 """Blocks per group a lookup reads (at the default bound)."""
 
 CONFIGS: tuple[tuple[Group, ...], ...] = (
-    (Group("full", 1), Group("sliding_window", 1, window=3), Group("mamba", 1)),
+    (Group(Kind.FULL, 1), Group(Kind.SLIDING_WINDOW, 1, window=3), Group(Kind.MAMBA, 1)),
     (
-        Group("sliding_window", 1, window=2),
-        Group("sliding_window", 1, window=5),
-        Group("chunked_local", 1, chunk=4),
+        Group(Kind.SLIDING_WINDOW, 1, window=2),
+        Group(Kind.SLIDING_WINDOW, 1, window=5),
+        Group(Kind.CHUNKED_LOCAL, 1, chunk=4),
     ),
     (
-        Group("sliding_window", 2, window=4, eagle=True),
-        Group("chunked_local", 2, chunk=6),
-        Group("full", 2, eagle=True),
+        Group(Kind.SLIDING_WINDOW, 2, window=4, eagle=True),
+        Group(Kind.CHUNKED_LOCAL, 2, chunk=6),
+        Group(Kind.FULL, 2, eagle=True),
     ),
-    (Group("full", 1), Group("mamba", 2), Group("sliding_window", 2, window=3, eagle=True)),
+    (
+        Group(Kind.FULL, 1),
+        Group(Kind.MAMBA, 2),
+        Group(Kind.SLIDING_WINDOW, 2, window=3, eagle=True),
+    ),
 )
 """Three groups each: every kind, both eagle kinds, equal and mixed block sizes."""
-
-
-def describe(g: Group) -> str:
-    """``sliding_window w=3 b=1 eagle``."""
-    extra = {"sliding_window": f" w={g.window}", "chunked_local": f" c={g.chunk}"}
-    return f"{g.kind}{extra.get(g.kind, '')} b={g.block_size}{' eagle' if g.eagle else ''}"
 
 
 def reduce_lookup(ok: Sequence[Any], lengths: Sequence[int]) -> Any:
@@ -133,7 +131,8 @@ def goal_for(groups: tuple[Group, ...], num_tokens: int, max_length: int) -> Goa
     t = lookup_terms(groups, num_tokens, max_length)
     q = t.query
     name = (
-        " + ".join(map(describe, groups)) + f" (A={q.alignment}, T={q.num_tokens}, M={max_length})"
+        " + ".join(g.describe() for g in groups)
+        + f" (A={q.alignment}, T={q.num_tokens}, M={max_length})"
     )
     return Goal(name, [], t.answer != t.best, witness=witness(q, t.rows))
 
@@ -191,8 +190,8 @@ THEOREMS = [
             "evaluated on prefix sums of the misses, reduced to the longest candidate "
             "valid in every group) answers L* for every cache state and every M < T."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=BLOCKS,
         quick_bound=8,
         build=build,

@@ -24,18 +24,19 @@ from itertools import combinations_with_replacement
 from operator import lt
 
 from kvhit.model.algorithms import min_of_groups
-from kvhit.proofs.common import FINDERS, SymQuery, sym_query
-from kvhit.proofs.registry import Goal, Theorem
+from kvhit.model.spec import Kind
+from kvhit.proofs.common import FINDERS, NOT_CLOSED, FinderKind, SymQuery, sym_query
+from kvhit.proofs.registry import Goal, Status, Theorem
 from kvhit.proofs.witness import spec_goal
 
-Shape = tuple[str, bool, int]
+SizedFinder = tuple[Kind, bool, int]
 """A group's kind, eagle flag and block size."""
 
 
 CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2))
 """(block size, alignment) pairs the lower-bound proof runs at."""
 
-NOT_CLOSED: tuple[tuple[str, bool], ...] = FINDERS[1:4]
+NOT_CLOSED_FINDERS: tuple[FinderKind, ...] = tuple((kind, False) for kind in NOT_CLOSED)
 """The kinds that are not downward closed: three of them are where min can go wrong
 in ways two cannot show, so 3-group sets are drawn from these (at b = A = 1)."""
 
@@ -43,49 +44,49 @@ MAX_GROUPS = 3
 
 
 def group_sets(
-    count: int, b: int, finders: tuple[tuple[str, bool], ...] = FINDERS
-) -> Iterator[tuple[Shape, ...]]:
+    count: int, b: int, finders: tuple[FinderKind, ...] = FINDERS
+) -> Iterator[tuple[SizedFinder, ...]]:
     """Every multiset of ``count`` finders at block size b (group order does not
     matter to a min)."""
     for chosen in combinations_with_replacement(finders, count):
         yield tuple((kind, eagle, b) for kind, eagle in chosen)
 
 
-def shape_label(shape: Shape) -> str:
+def finder_label(finder: SizedFinder) -> str:
     """``sliding_window eagle b=1``."""
-    kind, eagle, b = shape
+    kind, eagle, b = finder
     return f"{kind}{' eagle' if eagle else ''} b={b}"
 
 
-def query_for(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> SymQuery:
+def query_for(group_set: tuple[SizedFinder, ...], alignment: int, blocks: int) -> SymQuery:
     """A symbolic query of these groups, M of at most ``blocks`` blocks."""
     return sym_query(
-        [(kind, eagle) for kind, eagle, _ in shapes],
-        max_top=blocks * min(b for _, _, b in shapes),
+        [(kind, eagle) for kind, eagle, _ in group_set],
+        max_top=blocks * min(b for _, _, b in group_set),
         name="min",
-        block_sizes=[b for _, _, b in shapes],
+        block_sizes=[b for _, _, b in group_set],
         alignment=alignment,
     )
 
 
-def label(shapes: tuple[Shape, ...], alignment: int) -> str:
+def label(group_set: tuple[SizedFinder, ...], alignment: int) -> str:
     """``2 groups: full b=1, mamba b=1 (A=1)``."""
-    noun = "group" if len(shapes) == 1 else "groups"
-    return f"{len(shapes)} {noun}: {', '.join(map(shape_label, shapes))} (A={alignment})"
+    noun = "group" if len(group_set) == 1 else "groups"
+    return f"{len(group_set)} {noun}: {', '.join(map(finder_label, group_set))} (A={alignment})"
 
 
-def lower_bound_goal(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> Goal:
+def lower_bound_goal(group_set: tuple[SizedFinder, ...], alignment: int, blocks: int) -> Goal:
     """A counterexample to min ≥ L*: min answers less than L*."""
-    sq = query_for(shapes, alignment, blocks)
-    return spec_goal(label(shapes, alignment), sq, "min of groups", min_of_groups, breaks=lt)
+    sq = query_for(group_set, alignment, blocks)
+    return spec_goal(label(group_set, alignment), sq, "min of groups", min_of_groups, breaks=lt)
 
 
-def exactness_goal(shapes: tuple[Shape, ...], alignment: int, blocks: int) -> Goal:
+def exactness_goal(group_set: tuple[SizedFinder, ...], alignment: int, blocks: int) -> Goal:
     """A counterexample to min == L*, as small as z3 can make it."""
-    sq = query_for(shapes, alignment, blocks)
+    sq = query_for(group_set, alignment, blocks)
     note = "fewest groups, then smallest M, then fewest cached blocks"
     return spec_goal(
-        label(shapes, alignment), sq, "min of groups", min_of_groups, note=note, smallest=True
+        label(group_set, alignment), sq, "min of groups", min_of_groups, note=note, smallest=True
     )
 
 
@@ -94,12 +95,14 @@ def lower_bound_goals(bound: int | None) -> list[Goal]:
     and every set of 3 non-closed ones at b = A = 1."""
     blocks = bound or 5
     pairs = [
-        lower_bound_goal(shapes, a, blocks)
+        lower_bound_goal(group_set, a, blocks)
         for b, a in CONFIGS
         for count in (1, 2)
-        for shapes in group_sets(count, b)
+        for group_set in group_sets(count, b)
     ]
-    triples = [lower_bound_goal(shapes, 1, blocks) for shapes in group_sets(3, 1, NOT_CLOSED)]
+    triples = [
+        lower_bound_goal(group_set, 1, blocks) for group_set in group_sets(3, 1, NOT_CLOSED_FINDERS)
+    ]
     return pairs + triples
 
 
@@ -107,9 +110,9 @@ def refutation_goals(bound: int | None) -> list[Goal]:
     """min == L*, fewest groups first (the runner stops at the first counterexample)."""
     blocks = bound or 6
     return [
-        exactness_goal(shapes, 1, blocks)
+        exactness_goal(group_set, 1, blocks)
         for count in range(1, MAX_GROUPS + 1)
-        for shapes in group_sets(count, 1)
+        for group_set in group_sets(count, 1)
     ]
 
 
@@ -121,8 +124,8 @@ THEOREMS = [
             "of every kind and the eagle wrapper at b/A = 1/1 and 2/2, and 3 groups of "
             "the non-closed kinds, every cache state with M up to N blocks."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=5,
         quick_bound=3,
         build=lower_bound_goals,
@@ -135,8 +138,8 @@ THEOREMS = [
             "Min-of-groups answers L* (known wrong): refuted by a minimized counterexample "
             "(fewest groups, smallest M, fewest cached blocks)."
         ),
-        expected="refuted",
-        kind="bounded",
+        expected=Status.REFUTED,
+        bounded=True,
         bound=6,
         quick_bound=4,
         build=refutation_goals,

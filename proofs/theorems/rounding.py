@@ -27,15 +27,16 @@ before the proof was written.
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import combinations_with_replacement
 from typing import Any
 
 from kvhit.model.algorithms import Finder, fixed_point, fixed_point_of, top_length
 from kvhit.model.finders import find
 from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import KINDS, Query
+from kvhit.model.spec import KINDS, Kind, Query
 from kvhit.proofs.common import sym_query
-from kvhit.proofs.registry import Goal, Theorem
+from kvhit.proofs.registry import Goal, Status, Theorem
 from kvhit.proofs.witness import spec_goal
 
 CONFIGS: tuple[tuple[tuple[int, int], int], ...] = (((1, 2), 2), ((2, 3), 6))
@@ -48,7 +49,7 @@ COARSE: tuple[tuple[int, int], int] = ((1, 1), 2)
 def own_block_finders(q: Query, ops: Ops = PY) -> list[Finder]:
     """Each group's finder, rounding to its own block size instead of A."""
     return [
-        lambda m, g=g, row=row: find(g, row, m, g.block_size, q.num_tokens, ops)
+        partial(find, g, row, alignment=g.block_size, num_tokens=q.num_tokens, ops=ops)
         for g, row in zip(q.groups, q.cached)
     ]
 
@@ -65,7 +66,7 @@ def own_block_fixed_point(q: Query, ops: Ops = PY) -> Any:
     )
 
 
-def rounding_goal(kinds: tuple[str, str], sizes: tuple[int, int], a: int, max_top: int) -> Goal:
+def rounding_goal(kinds: tuple[Kind, Kind], sizes: tuple[int, int], a: int, max_top: int) -> Goal:
     """The own-block fixed point != L*, M up to ``max_top`` tokens."""
     sq = sym_query(
         list(kinds),
@@ -108,8 +109,8 @@ THEOREMS = [
             "kind pair, block sizes {1,2} with A = 2 and {2,3} with A = 6, every cache "
             "state, window and chunk, M up to N tokens)."
         ),
-        expected="proved",
-        kind="bounded",
+        expected=Status.PROVED,
+        bounded=True,
         bound=6,
         quick_bound=4,
         build=rounding_goals(CONFIGS),
@@ -122,8 +123,8 @@ THEOREMS = [
             "Own-block rounding returns L* also when A is a proper multiple of the lcm of "
             "the block sizes (known wrong: the loop can settle off a multiple of A)."
         ),
-        expected="refuted",
-        kind="bounded",
+        expected=Status.REFUTED,
+        bounded=True,
         bound=8,
         quick_bound=4,
         build=rounding_goals((COARSE,)),
