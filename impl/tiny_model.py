@@ -25,7 +25,7 @@ cached (the null block), so any read the spec did not allow shows up as NaN.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,14 +35,31 @@ from kvhit.model.spec import Group, Kind, window_before
 Tables = Sequence[Sequence[int]]
 
 
+FIRST_KEY: dict[Kind, Callable[[Group, torch.Tensor], torch.Tensor] | None] = {
+    Kind.FULL: lambda g, q: torch.zeros_like(q),
+    Kind.SLIDING_WINDOW: lambda g, q: q - window_before(g),
+    Kind.CHUNKED_LOCAL: lambda g, q: q // g.chunk * g.chunk,
+    Kind.MAMBA: None,
+}
+"""Per kind, the first key a query at position q sees; None for a recurrent layer,
+which keeps a state instead of keys."""
+
+
+def is_recurrent(g: Group) -> bool:
+    """Whether group g's layer is a recurrence (a state per block boundary, no keys)."""
+    return FIRST_KEY[g.kind] is None
+
+
 def attends(g: Group, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-    """The attention mask of a layer of group g's kind: which keys each query sees."""
-    causal = key_pos <= query_pos
-    if g.kind == Kind.SLIDING_WINDOW:
-        return causal & (key_pos >= query_pos - window_before(g))
-    if g.kind == Kind.CHUNKED_LOCAL:
-        return causal & (key_pos >= query_pos // g.chunk * g.chunk)
-    return causal
+    """The attention mask of a layer of group g's kind: which keys each query sees.
+
+    >>> from kvhit.model.spec import Group
+    >>> attends(Group("chunked_local", 1, chunk=2), torch.tensor([[3]]), torch.arange(4))
+    tensor([[False, False,  True,  True]])
+    """
+    first = FIRST_KEY[g.kind]
+    assert first is not None, f"a {g.kind} layer attends to no keys"
+    return (key_pos <= query_pos) & (key_pos >= first(g, query_pos))
 
 
 class PagedStore:
@@ -52,7 +69,7 @@ class PagedStore:
     def __init__(self, groups: Sequence[Group], num_blocks: int, dim: int):
         self.data = [
             torch.full(
-                (num_blocks, dim) if g.kind == Kind.MAMBA else (num_blocks, g.block_size, 2, dim),
+                (num_blocks, dim) if is_recurrent(g) else (num_blocks, g.block_size, 2, dim),
                 math.nan,
                 dtype=torch.float64,
             )
@@ -105,7 +122,7 @@ class TinyHybrid:
         x = self.embed[torch.tensor(tokens[start:], dtype=torch.int64)]
         reads, new = [], []
         for i, g in enumerate(self.groups):
-            layer = self.recurrence if g.kind == Kind.MAMBA else self.attention
+            layer = self.recurrence if is_recurrent(g) else self.attention
             out, read, blocks = layer(i, x, start, len(tokens), tables[i] if start else [], store)
             x = x + out
             reads.append(read)

@@ -110,13 +110,11 @@ class Group:
 
     def describe(self) -> str:
         """A short label such as ``sliding_window w=2 b=1``."""
+        parameter = PARAMETERS[self.kind]
+        shown = f" {parameter[0]}={getattr(self, parameter)}" if parameter else ""
         convention = " exclusive" if self.exclusive else ""
-        params: dict[str, str] = {
-            Kind.SLIDING_WINDOW: f" w={self.window}{convention}",
-            Kind.CHUNKED_LOCAL: f" c={self.chunk}",
-        }
         eagle = " eagle" if self.eagle else ""
-        return f"{self.kind}{params.get(self.kind, '')} b={self.block_size}{eagle}"
+        return f"{self.kind}{shown}{convention} b={self.block_size}{eagle}"
 
     def to_json(self) -> dict[str, Any]:
         """The group as a normalized protocol object."""

@@ -14,6 +14,7 @@ import pytest
 
 from kvhit.harness.random_cases import Choice
 from kvhit.impl.managers import MANAGERS, GroupManager
+from kvhit.impl.tiny_model import FIRST_KEY
 from kvhit.model.finders import SCANS
 from kvhit.model.spec import EAGLE_KINDS, FIRST_REUSED, PARAMETERS, Group, Kind
 from kvhit.proofs.common import FINDERS, NOT_CLOSED
@@ -25,6 +26,7 @@ KIND_REGISTRIES: dict[str, dict[Kind, Any]] = {
     "kvhit.model.finders.SCANS": SCANS,
     "kvhit.impl.managers.MANAGERS": MANAGERS,
     "kvhit.proofs.theorems.contracts.INVARIANTS": INVARIANTS,
+    "kvhit.impl.tiny_model.FIRST_KEY": FIRST_KEY,
 }
 """Every map from kind to its per-kind behaviour that runs without an engine."""
 
