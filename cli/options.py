@@ -22,6 +22,17 @@ DEFAULT_STEPS = 20
 Command = Callable[..., Any]
 
 
+def timeout_option(default: float = DEFAULT_TIMEOUT) -> Callable[[Command], Command]:
+    """``--timeout``: the per-call limit."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=default,
+        show_default=True,
+        help="Per-call limit in seconds.",
+    )
+
+
 def target_options(func: Command) -> Command:
     """``--target``, ``--target-cmd``, ``--timeout`` and ``--isolate``, given to ``func``
     as one ``spec`` (:class:`TargetSpec`); BadInput if they do not name one target."""
@@ -39,13 +50,7 @@ def target_options(func: Command) -> Command:
     options = [
         click.option("--target", help="A built-in target or module:function."),
         click.option("--target-cmd", help="A program speaking JSON lines on stdin/stdout."),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
-            default=DEFAULT_TIMEOUT,
-            show_default=True,
-            help="Per-call limit in seconds.",
-        ),
+        timeout_option(),
         click.option(
             "--isolate",
             is_flag=True,

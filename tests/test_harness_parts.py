@@ -15,8 +15,8 @@ from rich.console import Console
 
 from kvhit.cli.campaign import verify_section
 from kvhit.harness import corpus, exhaustive
-from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.checker import CaseChecker, Phase
+from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.random_cases import random_queries
 from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
