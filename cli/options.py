@@ -20,9 +20,15 @@ from kvhit.targets.spec import TargetSpec
 DEFAULT_OUT = "kvhit-disagreements"
 DEFAULT_STEPS = 20
 Command = Callable[..., Any]
+Decorator = Callable[[Command], Command]
 
 
-def timeout_option(default: float = DEFAULT_TIMEOUT) -> Callable[[Command], Command]:
+def decorated(func: Command, options: list[Decorator]) -> Command:
+    """``func`` with ``options``, the first one on top (as if written above it in order)."""
+    return functools.reduce(lambda f, option: option(f), reversed(options), func)
+
+
+def timeout_option(default: float = DEFAULT_TIMEOUT) -> Decorator:
     """``--timeout``: the per-call limit."""
     return click.option(
         "--timeout",
@@ -47,7 +53,7 @@ def target_options(func: Command) -> Command:
             raise BadInput(str(err)) from None
         return func(spec=spec, **kwargs)
 
-    options = [
+    options: list[Decorator] = [
         click.option("--target", help="A built-in target or module:function."),
         click.option("--target-cmd", help="A program speaking JSON lines on stdin/stdout."),
         timeout_option(),
@@ -58,7 +64,7 @@ def target_options(func: Command) -> Command:
             "interpreter (native code, os._exit) is a crash, not the end of the run.",
         ),
     ]
-    return functools.reduce(lambda f, option: option(f), reversed(options), wrapper)
+    return decorated(wrapper, options)
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ def run_options(func: Command) -> Command:
         settings = RunSettings(**{name: kwargs.pop(name) for name in names})
         return func(settings, **kwargs)
 
-    options = [
+    options: list[Decorator] = [
         click.option(
             "--seconds",
             type=click.FloatRange(min=0),
@@ -127,7 +133,7 @@ def run_options(func: Command) -> Command:
             help="Run the --jobs on the Ray cluster at ADDRESS ('local': start one here).",
         ),
     ]
-    return target_options(functools.reduce(lambda f, option: option(f), reversed(options), packed))
+    return target_options(decorated(packed, options))
 
 
 def stateful_options(func: Command) -> Command:
