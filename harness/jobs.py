@@ -34,8 +34,8 @@ import queue
 import signal
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,7 @@ def ctrl_c_sets(stop: Any) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def local_messages(campaign: CaseCampaign, jobs: int) -> Iterator[JobReport]:
+def local_messages(campaign: CaseCampaign, jobs: int) -> Generator[JobReport, None, None]:
     """Run the jobs as forked processes on this machine; their messages as they come.
 
     A job that dies without a word (a target that kills its process) ends the run
@@ -243,7 +243,9 @@ def messages_of(procs: list[Any], channel: Any) -> Iterator[JobReport]:
             proc.join()
 
 
-def ray_messages(campaign: CaseCampaign, jobs: int, address: str) -> Iterator[JobReport]:
+def ray_messages(
+    campaign: CaseCampaign, jobs: int, address: str
+) -> Generator[JobReport, None, None]:
     """Run the jobs as Ray tasks on the cluster at ``address`` (``local`` starts one
     on this machine); their messages as they come.
 
@@ -315,16 +317,17 @@ def run_campaign(
         else local_messages(campaign, jobs)
     )
     latest: dict[int, JobReport] = {}
-    for message in messages:
-        if message.error is not None:
-            raise TargetError(message.error)
-        if message.job in latest and latest[message.job].done is not None:
-            continue  # a late progress message of a job that has finished
-        latest[message.job] = message
-        so_far = Tally(label, sum(p.cases for p in latest.values()))
-        for report in latest.values():
-            so_far.counts.update(report.counts)
-        on_progress(so_far)
+    with closing(messages):  # a job's error ends the jobs here, not when collected
+        for message in messages:
+            if message.error is not None:
+                raise TargetError(message.error)
+            if message.job in latest and latest[message.job].done is not None:
+                continue  # a late progress message of a job that has finished
+            latest[message.job] = message
+            so_far = Tally(label, sum(p.cases for p in latest.values()))
+            for report in latest.values():
+                so_far.counts.update(report.counts)
+            on_progress(so_far)
     total = merge(label, [latest[job].done for job in range(jobs)])  # type: ignore[misc]
     if ray_address is not None and campaign.out is not None:
         total.saved = [save(d, campaign.out) for d in total.found]
