@@ -39,13 +39,14 @@ from rich.console import Console
 from rich.table import Table
 
 import kvhit
-import kvhit.adapters
+import kvhit.engines
 import kvhit.harness
 import kvhit.impl
 import kvhit.model
 from kvhit.harness.gate import random_phases
-from kvhit.harness.jobs import Campaign, run_job
+from kvhit.harness.jobs import CaseCampaign, run_job
 from kvhit.harness.random_cases import CHOICES
+from kvhit.targets.spec import TargetSpec
 
 
 def folder(module: ModuleType) -> str:
@@ -58,7 +59,7 @@ PARTS = (
     (VLLM, "vLLM"),
     (folder(kvhit.impl) + "hashing.py", "the target (impl): block hashing"),
     (folder(kvhit.impl), "the target (impl): the rest"),
-    (folder(kvhit.adapters), "adapter"),
+    (folder(kvhit.engines), "adapter"),
     (folder(kvhit.model), "reference"),
     (folder(kvhit.harness), "harness"),
     (folder(kvhit), "harness"),
@@ -102,7 +103,7 @@ def profile(target: str, cases: int) -> tuple[float, Counter[str]]:
     """Seconds of one job's ``cases`` random cases, unsampled, and the samples of
     each part in a second run of the same cases."""
     phases = partial(random_phases, 0, 8, CHOICES, None, cases)
-    campaign = Campaign(target, None, 60.0, phases)
+    campaign = CaseCampaign(TargetSpec(target, timeout=60.0), phases)
     start = time.perf_counter()
     run_job(campaign, 0, 1, lambda _: None)
     seconds = time.perf_counter() - start

@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.table import Table
 
 from kvhit.harness import exhaustive
-from kvhit.harness.engine import Engine, Phase
+from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.gate import exhaustive_cases, random_cases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.model.spec import Group
-from kvhit.targets.runner import open_target
+from kvhit.targets.spec import TargetSpec
 
 BIG_SCOPE = exhaustive.Scope.of(
     (Group("full", 1), Group("sliding_window", 1, window=3), Group("mamba", 1)), max_length=8
@@ -34,13 +34,14 @@ BIG_SCOPE = exhaustive.Scope.of(
 
 def per_call_rate(target: str, phase: Phase) -> tuple[int, float]:
     """Cases checked and seconds taken for one phase on a built-in target."""
-    engine = Engine(open_target(target), target)
+    checker = CaseChecker(TargetSpec(target).open(), target)
     start = time.perf_counter()
-    engine.run(phase)
+    checker.run(phase)
     seconds = time.perf_counter() - start
-    if engine.disagreements:
-        raise SystemExit(f"{target} disagrees with the reference: {engine.counts}")
-    return engine.cases, seconds
+    tally = checker.tally
+    if tally.disagreements:
+        raise SystemExit(f"{target} disagrees with the reference: {tally.counts}")
+    return tally.cases, seconds
 
 
 def vectorized_rate(scope: exhaustive.Scope) -> tuple[int, float]:

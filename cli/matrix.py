@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from kvhit.cli.options import timeout_option
 from kvhit.errors import BadInput
 from kvhit.harness.compare import CLASSES
 
@@ -189,13 +190,7 @@ def spans_text(rows: list[Row]) -> str:
     help="Random cases per release, after the exhaustive scopes and the solver corpus.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same cases.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=10.0,
-    show_default=True,
-    help="Per-call limit in seconds.",
-)
+@timeout_option()
 @click.option(
     "--jobs",
     type=click.IntRange(min=1),

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import MofNCompleteColumn
 from rich.table import Table
 
+from kvhit.cli.display import progress_bar
 from kvhit.draw import draw, judge
 from kvhit.errors import BadInput
 from kvhit.proofs.registry import Status, Theorem, all_theorems
@@ -79,19 +80,12 @@ def run_all(
     emit_dir: Path | None = None,
 ) -> list[Result]:
     """Run each theorem in turn, with a progress bar on stderr."""
-    progress = Progress(
-        TextColumn("proving {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
+    progress = progress_bar(Console(stderr=True), MofNCompleteColumn(), transient=True)
     results = []
     with progress:
-        task = progress.add_task("", total=len(theorems))
+        task = progress.add_task("proving", total=len(theorems))
         for theorem in theorems:
-            progress.update(task, description=theorem.name)
+            progress.update(task, description=f"proving {theorem.name}")
             results.append(
                 run_theorem(
                     theorem,

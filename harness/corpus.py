@@ -1,9 +1,10 @@
 """A corpus of hard states: where known-wrong algorithms differ from L*, and boundaries.
 
 The solver states (cache states where an algorithm engines really shipped differs
-from L*) are found once by :mod:`kvhit.harness.corpus_solver` and kept in
-``corpus.json`` next to this module; reading them needs no solver, so the gate does
-not load z3. The boundary states (windows, chunks, alignments and M at and around
+from L*) are found once by :mod:`kvhit.proofs.corpus_states` (``python -m
+kvhit.cli.corpus``) and kept in ``corpus.json`` next to this module, one entry
+``{"wrong": algorithm, "query": ...}`` a line; reading them needs no solver, so the
+gate does not load z3. The boundary states (windows, chunks, alignments and M at and around
 block and alignment boundaries, with one hole at each block) are cheap and built on
 the fly.
 
@@ -17,18 +18,27 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind, Query, WindowConvention
 
 CORPUS_FILE = "corpus.json"
+SOURCE = Path(__file__).with_name(CORPUS_FILE)
+"""Where the corpus is regenerated: this module's folder."""
 
 
 def stored() -> list[dict[str, Any]]:
     """The entries kept in ``corpus.json``."""
     text = resources.files("kvhit.harness").joinpath(CORPUS_FILE).read_text(encoding="utf-8")
     return json.loads(text)
+
+
+def write(entries: Sequence[dict[str, Any]], path: Path = SOURCE) -> None:
+    """Keep ``entries`` (``{"wrong": ..., "query": ...}``) as the corpus, one a line."""
+    lines = ",\n".join(json.dumps(entry) for entry in entries)
+    path.write_text(f"[\n{lines}\n]\n", encoding="utf-8")
 
 
 def solver_queries() -> Iterator[Query]:

@@ -2,9 +2,9 @@
 queries for the time budget. Used by ``kvhit gate``, ``kvhit verify`` and the
 pytest plugin.
 
-    >>> from kvhit.targets.runner import open_target
-    >>> engine = run_gate(Engine(open_target("model"), "model"), seconds=0.2)
-    >>> engine.disagreements, engine.cases > 7000
+    >>> from kvhit.targets.spec import TargetSpec
+    >>> tally = run_gate(CaseChecker(TargetSpec("model").open(), "model"), seconds=0.2)
+    >>> tally.disagreements, tally.cases > 7000
     (0, True)
 """
 
@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from kvhit.harness import corpus, exhaustive
-from kvhit.harness.engine import Case, Engine, Phase
+from kvhit.harness.checker import Case, CaseChecker, Phase
 from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
+from kvhit.harness.tally import Tally
 
 DEFAULT_SECONDS = 20.0
 
@@ -67,14 +68,15 @@ def gate_phases(
     ]
 
 
-def run_phases(engine: Engine, phases: Sequence[Phase]) -> Engine:
-    """Run the phases in order on ``engine``; stop early if it stops at a disagreement."""
+def run_phases(checker: CaseChecker, phases: Sequence[Phase]) -> Tally:
+    """Run the phases in order on ``checker``; stop early if it stops at a
+    disagreement. Its tally."""
     for phase in phases:
-        if not engine.run(phase):
+        if not checker.run(phase):
             break
-    return engine
+    return checker.tally
 
 
-def run_gate(engine: Engine, seconds: float = DEFAULT_SECONDS, seed: int = 0) -> Engine:
-    """The gate with its defaults on ``engine``."""
-    return run_phases(engine, gate_phases(seconds, seed))
+def run_gate(checker: CaseChecker, seconds: float = DEFAULT_SECONDS, seed: int = 0) -> Tally:
+    """The gate with its defaults on ``checker``; its tally."""
+    return run_phases(checker, gate_phases(seconds, seed))

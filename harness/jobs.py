@@ -1,7 +1,7 @@
 """Campaigns split over several processes (``--jobs N``) or a Ray cluster (``--ray ADDRESS``).
 
 Job k of N checks the cases numbered k, k + N, k + 2N, … of every phase
-(:meth:`~kvhit.harness.engine.Phase.share`), so the split depends only on N and the
+(:meth:`~kvhit.harness.checker.Phase.share`), so the split depends only on N and the
 same seed and N give the same cases. Each job opens the target in its own process,
 shrinks and saves the first disagreement of each class it meets, and sends its counts
 for the progress bar. The merged report keeps, per class, the disagreement met first
@@ -16,7 +16,8 @@ cases that other jobs had checked past it before they heard.
 
     >>> from functools import partial
     >>> from kvhit.harness.gate import gate_phases
-    >>> campaign = Campaign("seed-min", None, 10.0, partial(gate_phases, None, cases=300))
+    >>> from kvhit.targets.spec import TargetSpec
+    >>> campaign = CaseCampaign(TargetSpec("seed-min"), partial(gate_phases, None, cases=300))
     >>> one, two = run_campaign(campaign, jobs=1), run_campaign(campaign, jobs=2)
     >>> (one.cases, one.counts) == (two.cases, two.counts)
     True
@@ -33,16 +34,17 @@ import queue
 import signal
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvhit.errors import TargetError
-from kvhit.harness.engine import Engine, Phase, Tally
-from kvhit.harness.report import Disagreement, save
-from kvhit.targets.runner import label_of, open_target
+from kvhit.harness.checker import CaseChecker, Phase
+from kvhit.harness.report import Record, save
+from kvhit.harness.tally import OnProgress, Tally
+from kvhit.targets.spec import TargetSpec
 
 PLACE = 1 << 40
 """Positions are compared as ``phase * PLACE + number``."""
@@ -52,31 +54,24 @@ INTERRUPTED = -1
 
 
 @dataclass(frozen=True)
-class Campaign:
-    """What every job needs to rebuild the run in its own process.
+class CaseCampaign:
+    """A campaign of stateless cases: what every job needs to rebuild the run in its
+    own process.
 
     ``phases`` makes the run's phases (a picklable function, such as a
     :func:`functools.partial` of a module-level one); ``out`` is where replay files go
     (None: nowhere).
     """
 
-    target: str | None
-    target_cmd: str | None
-    timeout: float
+    spec: TargetSpec
     phases: Callable[[], list[Phase]]
     out: Path | None = None
     stop_at_first: bool = False
     shrink_seconds: float = 10.0
-    isolate: bool = False
-
-    @property
-    def label(self) -> str:
-        """How reports name the target."""
-        return label_of(self.target, self.target_cmd)
 
 
 @dataclass(frozen=True)
-class Progress:
+class JobReport:
     """A job's counts so far; ``done`` holds its tally once it has finished."""
 
     job: int
@@ -86,7 +81,7 @@ class Progress:
     error: str | None = None
 
 
-Send = Callable[[Progress], None]
+Send = Callable[[JobReport], None]
 
 
 def place(position: tuple[int, int]) -> int:
@@ -94,31 +89,31 @@ def place(position: tuple[int, int]) -> int:
     return position[0] * PLACE + position[1]
 
 
-def run_job(campaign: Campaign, job: int, jobs: int, send: Send, stop: Any = None) -> Tally:
+def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any = None) -> Tally:
     """Run job ``job`` of ``jobs`` here, sending progress; its tally.
 
     ``stop`` (a shared ``multiprocessing.Value``, or None) holds the place of the
     earliest disagreement any job has found, when ``campaign.stop_at_first``.
     """
-    runner = open_target(campaign.target, campaign.target_cmd, campaign.timeout, campaign.isolate)
+    runner = campaign.spec.open()
     last = [0]
 
-    def tick(engine: Engine) -> None:
-        if engine.cases - last[0] >= 50:
-            last[0] = engine.cases
-            send(Progress(job, engine.cases, dict(engine.counts)))
+    def tick(tally: Tally) -> None:
+        if tally.cases - last[0] >= 50:
+            last[0] = tally.cases
+            send(JobReport(job, tally.cases, dict(tally.counts)))
 
-    def heard(engine: Engine) -> bool:
-        return stop is None or place(engine.position) < stop.value
+    def heard(position: tuple[int, int]) -> bool:
+        return stop is None or place(position) < stop.value
 
     def found(_: Any, __: Any) -> None:
         if stop is not None and campaign.stop_at_first:
             with stop.get_lock():
-                stop.value = min(stop.value, place(engine.found_at[-1]))
+                stop.value = min(stop.value, place(checker.tally.found_at[-1]))
 
-    engine = Engine(
+    checker = CaseChecker(
         runner,
-        campaign.label,
+        campaign.spec.label,
         campaign.out,
         on_found=found,
         on_case=tick,
@@ -129,13 +124,13 @@ def run_job(campaign: Campaign, job: int, jobs: int, send: Send, stop: Any = Non
     interrupted = False
     try:
         for phase in campaign.phases():
-            if not engine.run(phase.share(job, jobs)):
+            if not checker.run(phase.share(job, jobs)):
                 break
     except KeyboardInterrupt:  # Ctrl-C in a one-job run: report what was checked
         interrupted = True
     finally:
         runner.close()
-    tally = engine.tally()
+    tally = checker.tally
     tally.interrupted = interrupted or (stop is not None and stop.value == INTERRUPTED)
     return tally
 
@@ -144,14 +139,14 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
     """One tally of all jobs: counts added, and per class the disagreement met first in
     case order; the other jobs' replay files of that class are removed."""
     total = Tally(label)
-    seen: list[tuple[tuple[int, int], Disagreement, Path | None]] = []
+    seen: list[tuple[tuple[int, int], Record, Path | None]] = []
     for tally in tallies:
         total.cases += tally.cases
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
         total.interrupted |= tally.interrupted
         seen += zip(tally.found_at, tally.found, tally.saved)
-    first: dict[str, tuple[tuple[int, int], Disagreement, Path | None]] = {}
+    first: dict[str, tuple[tuple[int, int], Record, Path | None]] = {}
     for at, d, path in sorted(seen, key=lambda s: s[0]):
         first.setdefault(d.cls, (at, d, path))
     for at, d, path in first.values():
@@ -164,7 +159,7 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
     return total
 
 
-def local_job(campaign: Campaign, job: int, jobs: int, channel: Any, stop: Any) -> None:
+def local_job(campaign: CaseCampaign, job: int, jobs: int, channel: Any, stop: Any) -> None:
     """A child process's body: run the job, send its tally (or why it could not run).
 
     Ctrl-C is the parent's: it tells the jobs to stop through ``stop``."""
@@ -172,9 +167,9 @@ def local_job(campaign: Campaign, job: int, jobs: int, channel: Any, stop: Any) 
     try:
         tally = run_job(campaign, job, jobs, channel.put, stop)
     except Exception as err:  # sent to the parent, which reports it
-        channel.put(Progress(job, 0, {}, error=why(err)))
+        channel.put(JobReport(job, 0, {}, error=why(err)))
         return
-    channel.put(Progress(job, tally.cases, dict(tally.counts), done=tally))
+    channel.put(JobReport(job, tally.cases, dict(tally.counts), done=tally))
 
 
 def why(err: Exception) -> str:
@@ -205,7 +200,7 @@ def ctrl_c_sets(stop: Any) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def local_messages(campaign: Campaign, jobs: int) -> Iterator[Progress]:
+def local_messages(campaign: CaseCampaign, jobs: int) -> Generator[JobReport, None, None]:
     """Run the jobs as forked processes on this machine; their messages as they come.
 
     A job that dies without a word (a target that kills its process) ends the run
@@ -224,7 +219,7 @@ def local_messages(campaign: Campaign, jobs: int) -> Iterator[Progress]:
         yield from messages_of(procs, channel)
 
 
-def messages_of(procs: list[Any], channel: Any) -> Iterator[Progress]:
+def messages_of(procs: list[Any], channel: Any) -> Iterator[JobReport]:
     """The started jobs' messages until every job has finished. A job that dies
     without a word is a TargetError. The processes end with the iteration."""
     finished: set[int] = set()
@@ -248,7 +243,9 @@ def messages_of(procs: list[Any], channel: Any) -> Iterator[Progress]:
             proc.join()
 
 
-def ray_messages(campaign: Campaign, jobs: int, address: str) -> Iterator[Progress]:
+def ray_messages(
+    campaign: CaseCampaign, jobs: int, address: str
+) -> Generator[JobReport, None, None]:
     """Run the jobs as Ray tasks on the cluster at ``address`` (``local`` starts one
     on this machine); their messages as they come.
 
@@ -284,7 +281,7 @@ def ray_messages(campaign: Campaign, jobs: int, address: str) -> Iterator[Progre
                 tally = ray.get(ref)
             except ray.exceptions.RayTaskError as err:
                 raise TargetError(f"job {job} failed on Ray: {err.cause}") from None
-            yield Progress(job, tally.cases, dict(tally.counts), done=tally)
+            yield JobReport(job, tally.cases, dict(tally.counts), done=tally)
         while True:
             try:
                 yield channel.get(block=False)
@@ -298,36 +295,40 @@ def default_jobs() -> int:
 
 
 def run_campaign(
-    campaign: Campaign,
+    campaign: CaseCampaign,
     jobs: int,
     ray_address: str | None = None,
-    on_progress: Callable[[int, Counter[str]], None] = lambda cases, counts: None,
+    on_progress: OnProgress = lambda tally: None,
 ) -> Tally:
     """Run ``campaign`` as ``jobs`` jobs (forked here, or on Ray); the merged tally.
 
     One local job runs in this process. ``on_progress`` gets the cases and counts of
     all jobs together whenever one reports. Raises
-    :class:`~kvhit.targets.registry.TargetError` if a job cannot open the target or dies.
+    :class:`~kvhit.errors.TargetError` if a job cannot open the target or dies.
     """
+    label = campaign.spec.label
     if jobs == 1 and ray_address is None:
-        return run_job(campaign, 0, 1, lambda p: on_progress(p.cases, Counter(p.counts)))
+        return run_job(
+            campaign, 0, 1, lambda p: on_progress(Tally(label, p.cases, counts=Counter(p.counts)))
+        )
     messages = (
         ray_messages(campaign, jobs, ray_address)
         if ray_address is not None
         else local_messages(campaign, jobs)
     )
-    latest: dict[int, Progress] = {}
-    for message in messages:
-        if message.error is not None:
-            raise TargetError(message.error)
-        if message.job in latest and latest[message.job].done is not None:
-            continue  # a late progress message of a job that has finished
-        latest[message.job] = message
-        counts: Counter[str] = Counter()
-        for progress in latest.values():
-            counts.update(progress.counts)
-        on_progress(sum(p.cases for p in latest.values()), counts)
-    total = merge(campaign.label, [latest[job].done for job in range(jobs)])  # type: ignore[misc]
+    latest: dict[int, JobReport] = {}
+    with closing(messages):  # a job's error ends the jobs here, not when collected
+        for message in messages:
+            if message.error is not None:
+                raise TargetError(message.error)
+            if message.job in latest and latest[message.job].done is not None:
+                continue  # a late progress message of a job that has finished
+            latest[message.job] = message
+            so_far = Tally(label, sum(p.cases for p in latest.values()))
+            for report in latest.values():
+                so_far.counts.update(report.counts)
+            on_progress(so_far)
+    total = merge(label, [latest[job].done for job in range(jobs)])  # type: ignore[misc]
     if ray_address is not None and campaign.out is not None:
         total.saved = [save(d, campaign.out) for d in total.found]
     return total

@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
-from kvhit.harness.engine import Engine
-from kvhit.targets.runner import DEFAULT_TIMEOUT, CallableRunner, Runner, open_target
+from kvhit.harness.checker import CaseChecker
+from kvhit.harness.tally import Tally
+from kvhit.targets.runner import DEFAULT_TIMEOUT, CallableRunner, Runner
+from kvhit.targets.spec import TargetSpec
 
-Gate = Callable[..., Engine]
+Gate = Callable[..., Tally]
 
 
 def gate_or_fail(
@@ -32,7 +34,7 @@ def gate_or_fail(
     seconds: float = 5.0,
     seed: int = 0,
     timeout: float = DEFAULT_TIMEOUT,
-) -> Engine:
+) -> Tally:
     """Gate ``target``; ``pytest.fail`` with the drawn counterexample if it disagrees."""
     # Imported here: the gate's sources load torch and z3, which a suite that never
     # asks for the fixture should not pay for at start-up.
@@ -42,27 +44,27 @@ def gate_or_fail(
     if callable(target):
         runner, name = CallableRunner(target, timeout), getattr(target, "__name__", "target")
     else:
-        runner, name = open_target(target, timeout=timeout), target
+        runner, name = TargetSpec(target, timeout=timeout).open(), target
     try:
-        engine = run_gate(Engine(runner, name, out_dir, stop_at_first=True), seconds, seed)
+        tally = run_gate(CaseChecker(runner, name, out_dir, stop_at_first=True), seconds, seed)
     finally:
         runner.close()
-    if engine.found:
-        d = engine.found[0]
+    if tally.found:
+        d = tally.found[0]
         pytest.fail(
-            f"kvhit gate: {name} disagrees with the reference ({d.cls}) after {engine.cases} "
+            f"kvhit gate: {name} disagrees with the reference ({d.cls}) after {tally.cases} "
             f"cases\n{d.render()}\nreplay file: {out_dir / d.name()}",
             pytrace=False,
         )
-    return engine
+    return tally
 
 
 @pytest.fixture
 def kvhit_gate(tmp_path: Path) -> Gate:
     """``kvhit_gate(target, seconds=5, seed=0, timeout=10)``: gate a target, fail the
-    test with the drawn counterexample; returns the engine (``cases``, ``counts``)."""
+    test with the drawn counterexample; returns the tally (``cases``, ``counts``)."""
 
-    def gate(target: str | Callable[[dict[str, Any]], Any], **options: Any) -> Engine:
+    def gate(target: str | Callable[[dict[str, Any]], Any], **options: Any) -> Tally:
         return gate_or_fail(target, tmp_path / "kvhit-disagreements", **options)
 
     return gate

@@ -17,11 +17,12 @@ A failure that is not an answer (``crash``, ``timeout``, ``bad_return``) is its 
 class, as for stateless targets; ``rejected`` (the pool cannot hold the request) and
 ``unsupported`` (the engine refuses the configuration) are counted, not disagreements.
 
-    >>> from kvhit.targets.stateful import open_stateful
+    >>> from kvhit.targets.registry import Mode
+    >>> from kvhit.targets.spec import TargetSpec
     >>> program = Program.from_json({"groups": [{"kind": "full", "block_size": 2}],
     ...     "num_blocks": 8, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
     ...                              {"op": "admit", "request": 1, "tokens": [1, 2, 4]}]})
-    >>> steps = run_program(open_stateful("impl"), program)
+    >>> steps = run_program(TargetSpec("impl").open(Mode.STATEFUL), program)
     >>> [(str(s.outcome.cls), s.outcome.length) for s in steps]
     [('ok', 0), ('ok', 2)]
 """

@@ -12,22 +12,23 @@ program.
 Hypothesis then shrinks the failing program (fewer operations, shorter prompts,
 fewer groups, a smaller pool) while it keeps failing *in the same class*. The
 shortest failing program seen is written to the replay file before it is reported.
-A :class:`Campaign` runs batches of programs until its time or program budget is
+:func:`run_programs` runs batches of programs until its time or program budget is
 spent; each batch's seed is derived from the campaign's, so the same seed and
 options give the same programs.
 
-    >>> from kvhit.targets.stateful import open_stateful
-    >>> campaign = Campaign(open_stateful("impl"), "impl", steps=6)
-    >>> campaign.run(programs=4).disagreements, campaign.programs, campaign.ops > 4
+    >>> from kvhit.targets.registry import Mode
+    >>> from kvhit.targets.spec import TargetSpec
+    >>> tally = run_programs(TargetSpec("impl").open(Mode.STATEFUL), "impl", ProgramPlan(steps=6),
+    ...                      programs=4)
+    >>> tally.disagreements, tally.cases, tally.operations > 4
     (0, 4, True)
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from math import lcm
 from pathlib import Path
 from typing import cast
@@ -45,17 +46,18 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvhit.harness.compare import NOT_DISAGREEMENTS
 from kvhit.harness.random_cases import CHOICES, QueryShape, sglang_partners
 from kvhit.harness.report import save
 from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step, disagreement_of
 from kvhit.harness.strategies import group_configs
+from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import Runner
 from kvhit.targets.stateful import Admit, Finish, Program
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 BATCH = 25  # programs per Hypothesis run
+PHASE = "programs"  # the one phase of a campaign of programs, in its tally
 
 
 @st.composite
@@ -136,19 +138,17 @@ class Stop(BaseException):
     keep the shortest program seen (a BaseException, so nothing on the way swallows it)."""
 
 
-@dataclass
-class Campaign:
-    """Programs for one stateful target, and the tally.
+@dataclass(frozen=True)
+class ProgramPlan:
+    """How a campaign draws its programs and what it does with a disagreement.
 
-    ``steps`` is the most operations per program; prompts have at most
-    ``max_tokens`` tokens. ``on_step`` is called after every operation counted,
-    ``on_found`` once per new class of disagreement (after its file is written).
-    Shrinking a disagreement stops after ``shrink_seconds``.
+    ``steps`` is the most operations per program; prompts have at most ``max_tokens``
+    tokens; engines are drawn of ``shape`` from groups of ``kinds`` and
+    ``block_sizes``. The same ``seed`` gives the same programs. Shrinking a
+    disagreement stops after ``shrink_seconds``; the shrunk program is saved to
+    ``out_dir`` (None: nowhere).
     """
 
-    runner: Runner
-    target: str
-    out_dir: Path | None = None
     kinds: Sequence[str] = CHOICES
     shape: QueryShape = QueryShape.ANY
     block_sizes: Sequence[int] = (1, 2, 4)
@@ -157,18 +157,54 @@ class Campaign:
     seed: int = 0
     stop_at_first: bool = True
     shrink_seconds: float = 30.0
-    on_step: Callable[[Campaign], None] = lambda campaign: None
-    on_found: Callable[[ProgramDisagreement, Path | None], None] = lambda d, path: None
-    programs: int = 0
-    ops: int = 0
-    counts: Counter[str] = field(default_factory=Counter)
-    found: list[ProgramDisagreement] = field(default_factory=list)
-    saved: list[Path] = field(default_factory=list)
-    hunting: str | None = None  # the class being shrunk; None while generating
-    best: ProgramDisagreement | None = None
-    shrink_deadline: float = 0.0
-    end: float | None = None  # the campaign's deadline (time.monotonic)
-    most: int | None = None  # the most programs
+    out_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """When a campaign stops drawing programs: at ``end`` (``time.monotonic``) or
+    after ``most`` programs (None: no bound)."""
+
+    end: float | None = None
+    most: int | None = None
+
+    @staticmethod
+    def of(seconds: float | None, programs: int | None) -> Budget:
+        """The budget of ``seconds`` from now and ``programs`` programs."""
+        return Budget(None if seconds is None else time.monotonic() + seconds, programs)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the budget ends at all."""
+        return self.end is not None or self.most is not None
+
+    def spent(self, programs: int) -> bool:
+        """Whether the time is up or ``programs`` reach the most."""
+        late = self.end is not None and time.monotonic() >= self.end
+        return late or (self.most is not None and programs >= self.most)
+
+
+@dataclass
+class Hunt:
+    """A class being shrunk: the shortest failing program seen so far, and when
+    shrinking stops."""
+
+    cls: str
+    deadline: float
+    best: ProgramDisagreement
+
+
+@dataclass
+class ProgramCampaign:
+    """A campaign of programs on one stateful target: its plan and budget, who hears
+    of progress, and the run's state (the tally, and the class being shrunk)."""
+
+    runner: Runner
+    plan: ProgramPlan
+    budget: Budget
+    tally: Tally
+    on_progress: OnProgress = lambda tally: None
+    hunt: Hunt | None = None  # None while generating
     stopped: bool = False  # Stop was raised in this batch
 
     def stop(self) -> None:
@@ -178,57 +214,62 @@ class Campaign:
 
     def spent(self) -> bool:
         """Whether the campaign's time or program budget is spent."""
-        late = self.end is not None and time.monotonic() >= self.end
-        return late or (self.most is not None and self.programs >= self.most)
+        return self.budget.spent(self.tally.cases)
 
-    @property
-    def disagreements(self) -> int:
-        """How many operations disagreed (every class), before any shrinking."""
-        return sum(n for cls, n in self.counts.items() if cls not in NOT_DISAGREEMENTS)
+    def started(self) -> None:
+        """Count a program (while generating)."""
+        if self.hunt is None:
+            self.tally.cases += 1
+            self.tally.by_phase[PHASE] += 1
 
     def observe(self, run: ProgramRun, step: Step) -> None:
         """Count an operation (while generating); fail the program if it disagrees in
         a class not found yet (or, while shrinking, in the class being shrunk)."""
-        if self.hunting is not None and time.monotonic() > self.shrink_deadline:
+        hunt, tally = self.hunt, self.tally
+        if hunt is not None and time.monotonic() > hunt.deadline:
             self.stop()
-        if self.hunting is None:
-            self.ops += step.op is not None
-            self.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
-            self.on_step(self)
+        if hunt is None:
+            tally.operations = (tally.operations or 0) + (step.op is not None)
+            tally.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
+            self.on_progress(tally)
         cls = step.outcome.cls
-        wanted = cls == self.hunting if self.hunting else cls not in {d.cls for d in self.found}
+        wanted = cls == hunt.cls if hunt is not None else tally.found_new(cls)
         if not step.outcome.disagrees or not wanted:
             return
-        if self.hunting is None:
-            self.hunting, self.shrink_deadline = cls, time.monotonic() + self.shrink_seconds
-        found = disagreement_of(self.target, run.program, [*run.steps])
-        if self.best is None or size(found) < size(self.best):
-            self.best = found
+        found = disagreement_of(tally.target, run.program, [*run.steps])
+        if hunt is None:
+            tally.found_at.append((0, tally.cases - 1))
+            self.hunt = Hunt(cls, time.monotonic() + self.plan.shrink_seconds, found)
+        elif size(found) < size(hunt.best):
+            hunt.best = found
         raise Found(f"{cls}: {step.outcome.reason}")
 
-    def run(self, seconds: float | None = None, programs: int | None = None) -> Campaign:
-        """Run batches of programs until ``seconds`` pass or ``programs`` ran (at least
-        one batch when neither is given), stopping at the first disagreement when
-        ``stop_at_first``."""
-        self.end = None if seconds is None else time.monotonic() + seconds
-        self.most = programs
-        for batch in range(1 << 30):
-            if self.spent():
-                break
-            self.run_batch(batch, BATCH)
-            if (self.found and self.stop_at_first) or (seconds is None and programs is None):
-                break
-        return self
+    def run(self) -> Tally:
+        """Run batches of programs until the budget is spent (at least one batch when
+        it has no bound), stopping at the first disagreement when the plan says so;
+        Ctrl-C ends the run with what was checked."""
+        try:
+            for batch in range(1 << 30):
+                if self.spent():
+                    break
+                self.run_batch(batch, BATCH)
+                if self.tally.found and self.plan.stop_at_first:
+                    break
+                if not self.budget.bounded:
+                    break
+        except KeyboardInterrupt:
+            self.tally.interrupted = True
+        return self.tally
 
     def run_batch(self, batch: int, count: int) -> None:
         """One Hypothesis run of ``count`` programs; report what it found, shrunk."""
-        self.hunting, self.best, self.stopped = None, None, False
+        self.hunt, self.stopped = None, False
         machine = type("Machine", (ProgramMachine,), {"campaign": self})
         # a seeded factory, so the same campaign seed gives the same programs
-        factory = cast(type[ProgramMachine], seed(self.seed * 1_000_003 + batch)(machine))
+        factory = cast(type[ProgramMachine], seed(self.plan.seed * 1_000_003 + batch)(machine))
         config = settings(
             max_examples=count,
-            stateful_step_count=self.steps,
+            stateful_step_count=self.plan.steps,
             deadline=None,
             database=None,
             phases=[HypothesisPhase.generate, HypothesisPhase.shrink],
@@ -244,18 +285,31 @@ class Campaign:
             pass
         except Exception:  # Hypothesis seeing a run cut short by Stop as flaky, or a
             # target that does not repeat itself: keep what was seen
-            if self.best is None and not self.stopped:
+            if self.hunt is None and not self.stopped:
                 raise
-        if self.best is not None:
-            self.report(self.best)
+        if self.hunt is not None:
+            self.report(self.hunt.best)
 
     def report(self, found: ProgramDisagreement) -> None:
-        """Save the shrunk program, then hand it to ``on_found``."""
-        self.found.append(found)
-        path = save(found, self.out_dir) if self.out_dir is not None else None
-        if path is not None:
-            self.saved.append(path)
-        self.on_found(found, path)
+        """Save the shrunk program into the tally."""
+        out_dir = self.plan.out_dir
+        self.tally.found.append(found)
+        self.tally.saved.append(save(found, out_dir) if out_dir is not None else None)
+
+
+def run_programs(
+    runner: Runner,
+    target: str,
+    plan: ProgramPlan = ProgramPlan(),
+    seconds: float | None = None,
+    programs: int | None = None,
+    on_progress: OnProgress = lambda tally: None,
+) -> Tally:
+    """Run programs on ``runner`` (the stateful target named ``target``) until
+    ``seconds`` pass or ``programs`` ran (one batch when neither is given); the tally,
+    whose ``cases`` are programs."""
+    tally = Tally(target, operations=0)
+    return ProgramCampaign(runner, plan, Budget.of(seconds, programs), tally, on_progress).run()
 
 
 def size(found: ProgramDisagreement) -> tuple[int, int, int]:
@@ -268,7 +322,7 @@ def size(found: ProgramDisagreement) -> tuple[int, int, int]:
 class ProgramMachine(RuleBasedStateMachine):
     """One generated program on the campaign's target (see the module docstring)."""
 
-    campaign: Campaign
+    campaign: ProgramCampaign
 
     def __init__(self) -> None:
         super().__init__()
@@ -278,15 +332,14 @@ class ProgramMachine(RuleBasedStateMachine):
     @initialize(data=st.data())
     def create(self, data: st.DataObject) -> None:
         """Create the engine (an engine that refuses the configuration is skipped)."""
-        c = self.campaign
-        if c.hunting is None and c.spent():
+        c, plan = self.campaign, self.campaign.plan
+        if c.hunt is None and c.spent():
             c.stop()
-        drawn = ENGINE_DRAWERS[c.shape](c.kinds, c.max_tokens, c.block_sizes)
+        drawn = ENGINE_DRAWERS[plan.shape](plan.kinds, plan.max_tokens, plan.block_sizes)
         program = data.draw(drawn, label="engine")
         self.run = ProgramRun(c.runner, program)
         started = self.run.start()
-        if c.hunting is None:
-            c.programs += 1
+        c.started()
         if started.cls != "ok":
             c.observe(self.run, Step(None, started))
             assume(False)
@@ -295,7 +348,7 @@ class ProgramMachine(RuleBasedStateMachine):
     def admit(self, data: st.DataObject) -> None:
         """Admit a prompt."""
         assert self.run is not None
-        tokens = data.draw(prompts(self.prompts, self.campaign.max_tokens), label="tokens")
+        tokens = data.draw(prompts(self.prompts, self.campaign.plan.max_tokens), label="tokens")
         self.prompts.append(tokens)
         op = Admit(len(self.prompts) - 1, tokens)
         self.campaign.observe(self.run, self.run.run(op))

@@ -10,9 +10,11 @@ segfaults or calls ``os._exit`` ends only its worker: that call is a ``crash``, 
 the next call starts a new worker. A program (``--target-cmd``) always runs in its
 own process (:class:`CommandRunner`); the last lines of its stderr go into a crash's
 detail. Child processes get their own process group, so Ctrl-C reaches kvhit only
-and the run can end with its summary.
+and the run can end with its summary. Which runner a target gets is
+:meth:`kvhit.targets.spec.TargetSpec.open`'s choice.
 
-    >>> runner = open_target("model")
+    >>> from kvhit.targets.registry import model_target
+    >>> runner = CallableRunner(model_target, DEFAULT_TIMEOUT)
     >>> runner({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
     ...         "cached": [[True]], "max_length": 1, "num_tokens": 2, "alignment": 1})
     Reply(status='answer', value={'length': 1, 'blocks': [[0]]}, detail='')
@@ -36,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvhit.errors import TargetError, Unsupported
-from kvhit.targets import registry as targets
 
 DEFAULT_TIMEOUT = 10.0
 STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
@@ -284,32 +285,3 @@ class IsolatedRunner(CommandRunner):
 
 
 Runner = CallableRunner | CommandRunner
-
-
-def label_of(target: str | None, target_cmd: str | None) -> str:
-    """How reports name the target of ``--target`` or ``--target-cmd``."""
-    return target if target is not None else f"cmd:{target_cmd}"
-
-
-def open_target(
-    name: str | None = None,
-    command: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    isolate: bool = False,
-) -> Runner:
-    """A runner for ``--target NAME`` or ``--target-cmd CMD`` (exactly one of them);
-    with ``isolate``, a ``--target`` runs in a worker process.
-
-    Raises :class:`kvhit.errors.TargetError` when the target cannot be loaded.
-    """
-    if isolate and command is not None:
-        raise TargetError("--isolate is for --target; a --target-cmd program has its own process")
-    if name is not None and command is None:
-        return (
-            IsolatedRunner(name, timeout)
-            if isolate
-            else CallableRunner(targets.load_target(name), timeout)
-        )
-    if command is not None and name is None:
-        return CommandRunner(command, timeout)
-    raise TargetError("give exactly one of --target and --target-cmd")

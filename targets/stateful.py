@@ -44,32 +44,15 @@ request now; the engine must then be unchanged. ``finish`` frees the request's b
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvhit.errors import TargetError
-from kvhit.importing import import_attr
 from kvhit.model.protocol import QueryError, decode_json, parse_group, parse_row
 from kvhit.model.spec import Group, default_alignment
-from kvhit.targets.runner import DEFAULT_TIMEOUT, CallableRunner, CommandRunner, Runner
 from kvhit.targets.wire import BadReturn, shown
 
 FORMAT = "kvhit-stateful/1"
-
-BUILTINS: dict[str, str] = {
-    "impl": "kvhit.impl.stateful_target:StatefulImpl",
-    "vllm": "kvhit.engines.vllm.manager:VllmManagerEngine",
-    "sglang": "kvhit.engines.sglang.cache:SglangCacheEngine",
-}
-
-INSTALL_HINTS = {
-    "vllm": "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)",
-    "sglang": "SGLang is not installed here; install it with scripts/install-sglang.sh "
-    "(see the README)",
-}
 
 
 @dataclass(frozen=True)
@@ -251,40 +234,6 @@ class EngineHost:
         if op == "admit":
             return self.engine.admit(message["request"], message["tokens"])
         return self.engine.finish(message["request"])
-
-
-def load_factory(name: str) -> Callable[[dict[str, Any]], Any]:
-    """A built-in stateful target, or ``module:factory`` imported with the current
-    directory on the path; :class:`TargetError` if it cannot be loaded."""
-    spec = BUILTINS.get(name, name)
-    if ":" not in spec:
-        raise TargetError(
-            f"unknown stateful target {name!r}; built-in: {', '.join(BUILTINS)}, or module:factory"
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        factory = import_attr(spec)
-    except Exception as err:  # an import error, or the module failing while imported
-        hint = f"; {INSTALL_HINTS[name]}" if name in INSTALL_HINTS else ""
-        raise TargetError(
-            f"stateful target {name!r}: importing it failed ({type(err).__name__}: {err}){hint}"
-        ) from None
-    if not callable(factory):
-        raise TargetError(f"stateful target {name!r}: {spec} is not callable")
-    return factory
-
-
-def open_stateful(
-    name: str | None = None, command: str | None = None, timeout: float = DEFAULT_TIMEOUT
-) -> Runner:
-    """A runner of protocol messages for ``--target NAME`` (a factory) or
-    ``--target-cmd CMD`` (a program reading one message per line, answering one line)."""
-    if name is not None and command is None:
-        return CallableRunner(EngineHost(load_factory(name)), timeout)
-    if command is not None and name is None:
-        return CommandRunner(command, timeout)
-    raise TargetError("give exactly one of --target and --target-cmd")
 
 
 def load_program_file(text: str) -> tuple[Program, dict[str, Any]]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from kvhit.errors import TargetError, Unsupported
-from kvhit.targets.registry import load_target
+from kvhit.targets.registry import load
 
 
 def answer_line(func: Callable[[dict[str, Any]], Any], query: dict[str, Any]) -> str:
@@ -45,7 +45,7 @@ def serve(name: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     out = protocol_stdout()
     try:
-        func = load_target(name)
+        func = load(name)
     except TargetError as err:
         print(json.dumps({"error": str(err)}), file=out, flush=True)
         return 2

@@ -10,8 +10,9 @@ import pytest
 from test_harness_cli import BROKEN, HERE, kvhit
 
 from kvhit.harness.gate import random_phases
-from kvhit.harness.jobs import Campaign, run_campaign
+from kvhit.harness.jobs import CaseCampaign, run_campaign
 from kvhit.harness.random_cases import CHOICES
+from kvhit.targets.spec import TargetSpec
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +64,6 @@ def test_a_job_that_cannot_open_the_target_is_one_message_and_exit_2(tmp_path: P
 
 def test_the_case_budget_bounds_all_jobs_together() -> None:
     phases = partial(random_phases, 0, 8, CHOICES, None, 101)
-    tallies = [run_campaign(Campaign("model", None, 10.0, phases), jobs) for jobs in (1, 3)]
+    tallies = [run_campaign(CaseCampaign(TargetSpec("model"), phases), jobs) for jobs in (1, 3)]
     assert [t.cases for t in tallies] == [101, 101]
     assert tallies[0].counts == tallies[1].counts == {"ok": 101}

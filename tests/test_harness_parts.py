@@ -14,9 +14,9 @@ import torch
 from rich.console import Console
 
 from kvhit.cli.campaign import verify_section
-from kvhit.harness import corpus, corpus_solver, exhaustive
+from kvhit.harness import corpus, exhaustive
+from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import Outcome, judge_reply
-from kvhit.harness.engine import Engine, Phase
 from kvhit.harness.random_cases import random_queries
 from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
@@ -24,9 +24,11 @@ from kvhit.harness.strategies import falsify, queries
 from kvhit.model.algorithms import fixed_point, spiral_fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind, Query, longest_hit
+from kvhit.proofs import corpus_states
 from kvhit.targets import registry as targets
 from kvhit.targets.registry import model_target, seed_min_target
-from kvhit.targets.runner import CommandRunner, Reply, open_target
+from kvhit.targets.runner import CommandRunner, Reply
+from kvhit.targets.spec import TargetSpec
 
 pytest_plugins = ["pytester"]
 PLUGIN = "kvhit.harness.pytest_plugin"
@@ -126,23 +128,24 @@ def test_exhaustive_counts_states_and_batches() -> None:
 
 def test_stored_corpus_shows_every_disagreement() -> None:
     entries = corpus.stored()
-    assert {e["wrong"] for e in entries} == set(corpus_solver.KNOWN_WRONG)
+    assert {e["wrong"] for e in entries} == set(corpus_states.KNOWN_WRONG)
     for entry in entries:
         q = parse_query(entry["query"])
-        assert corpus_solver.KNOWN_WRONG[entry["wrong"]](q) != longest_hit(q).length
+        assert corpus_states.KNOWN_WRONG[entry["wrong"]](q) != longest_hit(q).length
 
 
 def test_corpus_regenerates() -> None:
     """The first searches of the generator give the stored states (same solver, same
-    question, in a fresh process as ``python -m kvhit.harness.corpus_solver`` runs: the
+    question, in a fresh process as ``python -m kvhit.cli.corpus`` runs: the
     solver's models depend on the terms made before), and a pair where no algorithm can
     go wrong gives nothing."""
     code = (
         "import json\n"
         "from itertools import islice\n"
-        "from kvhit.harness.corpus_solver import solve_state, solver_configs\n"
+        "from kvhit.harness.exhaustive import gate_groups\n"
+        "from kvhit.proofs.corpus_states import solve_state, solver_configs\n"
         "out = []\n"
-        "for algorithm, groups, m in islice(solver_configs(), 12):\n"
+        "for algorithm, groups, m in islice(solver_configs(gate_groups()), 12):\n"
         "    q = solve_state(groups, m, algorithm)\n"
         "    if q is not None:\n"
         "        out.append({'wrong': algorithm, 'query': q.to_json()})\n"
@@ -151,7 +154,7 @@ def test_corpus_regenerates() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     regenerated = json.loads(run.stdout)
     assert regenerated and regenerated == corpus.stored()[: len(regenerated)]
-    assert corpus_solver.solve_state((Group("full", 1),) * 2, 4, "min_of_groups") is None
+    assert corpus_states.solve_state((Group("full", 1),) * 2, 4, "min_of_groups") is None
 
 
 def test_eagle_spiral_loses_reuse_the_model_keeps() -> None:
@@ -272,7 +275,7 @@ def test_verify_section_gates_impl_and_catches_seed_min(
 ) -> None:
     # The real impl is gated by test_harness_cli; here it stands in, clean or broken.
     monkeypatch.syspath_prepend(str(HERE))
-    monkeypatch.setitem(targets.BUILTINS, "impl", impl)
+    monkeypatch.setitem(targets.BUILTINS, "impl", targets.BuiltIn(impl))
     console = Console(record=True, width=100)
     assert verify_section(console, quick=True) == holds
     text = console.export_text()
@@ -286,6 +289,6 @@ def test_a_disagreement_is_on_disk_before_it_is_reported(tmp_path: Path) -> None
     def on_found(d: Disagreement, path: Path | None) -> None:
         seen.append((d.cls, json.loads(path.read_text())["class"], sorted(tmp_path.iterdir())))
 
-    engine = Engine(open_target("seed-min"), "seed-min", tmp_path, on_found=on_found)
-    engine.run(Phase("random", ((q, None) for q in random_queries(1, 200))))
-    assert seen == [("unsafe", "unsafe", [engine.saved[0]])]  # no temporary file left behind
+    checker = CaseChecker(TargetSpec("seed-min").open(), "seed-min", tmp_path, on_found=on_found)
+    checker.run(Phase("random", ((q, None) for q in random_queries(1, 200))))
+    assert seen == [("unsafe", "unsafe", checker.tally.files)]  # no temporary file left behind

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from itertools import islice
 
-from kvhit.cli.campaign import RunSettings
+from kvhit.cli.options import RunSettings
 from kvhit.harness.gate import gate_phases
 from kvhit.harness.random_cases import QueryShape, prefix_blocks, random_queries
 from kvhit.model.spec import Kind, Query, longest_hit
+from kvhit.targets.spec import TargetSpec
 
 
 def tree_holds(q: Query) -> bool:
@@ -64,7 +65,7 @@ def test_the_gate_draws_the_shape_it_is_given() -> None:
 
 
 def settings(target: str, shape: str | None) -> RunSettings:
-    return RunSettings(target, None, 10.0, False, None, 10, 0, shape, "out", False, 1, None)
+    return RunSettings(TargetSpec(target), None, 10, 0, shape, "out", False, 1, None)
 
 
 def test_the_sglang_target_gets_its_shape_by_default() -> None:

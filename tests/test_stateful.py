@@ -11,20 +11,14 @@ from test_harness_cli import HERE, kvhit
 
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.stateful import run_program
-from kvhit.harness.stateful_machine import Campaign
+from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.impl.stateful_target import StatefulImpl
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import Group
+from kvhit.targets.registry import Mode
 from kvhit.targets.runner import CallableRunner, Reply, Runner
-from kvhit.targets.stateful import (
-    Admit,
-    Admitted,
-    EngineHost,
-    Finish,
-    Program,
-    load_program_file,
-    open_stateful,
-)
+from kvhit.targets.spec import TargetSpec
+from kvhit.targets.stateful import Admit, Admitted, EngineHost, Finish, Program, load_program_file
 
 BROKEN = "broken_stateful"
 FULL2 = {"groups": [{"kind": "full", "block_size": 2}], "num_blocks": 8}
@@ -41,6 +35,10 @@ def program(*ops: dict[str, Any], config: dict[str, Any] = FULL2) -> Program:
 
 def admit(request: int, *tokens: int) -> dict[str, Any]:
     return {"op": "admit", "request": request, "tokens": list(tokens)}
+
+
+def open_stateful(name: str) -> Runner:
+    return TargetSpec(name).open(Mode.STATEFUL)
 
 
 def host(factory: Any) -> Runner:
@@ -165,12 +163,12 @@ def test_each_broken_engine_is_caught_with_a_short_replayable_program(
     factory: str, cls: str, tmp_path: Path
 ) -> None:
     target = f"{BROKEN}:{factory}"
-    campaign = Campaign(open_stateful(target), target, tmp_path, shrink_seconds=20)
-    campaign.run(programs=400)
-    (found,) = campaign.found
+    plan = ProgramPlan(out_dir=tmp_path, shrink_seconds=20)
+    tally = run_programs(open_stateful(target), target, plan, programs=400)
+    (found,) = tally.found
     assert found.cls == cls
     assert len(found.program.ops) <= 12
-    (path,) = campaign.saved
+    (path,) = tally.files
     saved, record = load_program_file(path.read_text())
     assert record["class"] == cls and saved == found.program
     assert run_program(open_stateful(target), saved)[-1].outcome.cls == cls
@@ -178,9 +176,9 @@ def test_each_broken_engine_is_caught_with_a_short_replayable_program(
 
 
 def test_the_impl_passes_a_campaign() -> None:
-    campaign = Campaign(open_stateful("impl"), "impl", steps=25).run(programs=150)
-    assert not campaign.found
-    assert campaign.counts["ok"] > 800 and campaign.ops > 1500
+    tally = run_programs(open_stateful("impl"), "impl", ProgramPlan(steps=25), programs=150)
+    assert not tally.found and tally.cases == 150
+    assert tally.counts["ok"] > 800 and tally.operations > 1500
 
 
 class Recorder:
@@ -199,7 +197,8 @@ class Recorder:
 
 def test_the_sglang_shape_is_what_one_radix_tree_holds() -> None:
     recorder = Recorder(open_stateful("impl"))
-    campaign = Campaign(recorder, "impl", steps=4, shape="sglang").run(programs=60)
+    plan = ProgramPlan(steps=4, shape="sglang")
+    tally = run_programs(recorder, "impl", plan, programs=60)
     configs = [json.loads(m) for m in recorder.messages if json.loads(m)["op"] == "create"]
     kinds = set()
     for config in configs:
@@ -209,13 +208,13 @@ def test_the_sglang_shape_is_what_one_radix_tree_holds() -> None:
         assert sizes == {config["alignment"]} and not any(g["eagle"] for g in groups)
         assert all(g["block_size"] == 1 for g in groups if g["kind"] == "mamba")
         kinds |= {g["kind"] for g in groups}
-    assert kinds == {"full", "sliding_window", "mamba"} and not campaign.found
+    assert kinds == {"full", "sliding_window", "mamba"} and not tally.found
 
 
 def test_same_seed_same_programs() -> None:
     def messages(seed: int) -> list[str]:
         recorder = Recorder(open_stateful("impl"))
-        Campaign(recorder, "impl", steps=8, seed=seed).run(programs=10)
+        run_programs(recorder, "impl", ProgramPlan(steps=8, seed=seed), programs=10)
         return recorder.messages
 
     assert messages(3) == messages(3) != messages(4)
@@ -229,7 +228,7 @@ def test_gate_stateful_on_the_impl_passes(tmp_path: Path) -> None:
         "gate", "--stateful", "--target", "impl", "--cases", "30", "--json", cwd=tmp_path
     )
     assert code == 0 and report is not None
-    assert report["programs"] == 30 and report["disagreements"] == []
+    assert report["cases"] == 30 and report["operations"] > 30 and report["disagreements"] == []
     assert set(report["counts"]) <= {"ok", "rejected"} and report["counts"]["ok"] > 100
 
 
@@ -271,7 +270,7 @@ def test_stateful_takes_the_drawing_options(
 ) -> None:
     args = (command, "--stateful", "--target", "impl", *option, "--cases", "10", "--json")
     code, report, _ = kvhit(*args, cwd=tmp_path)
-    assert code == 0 and report is not None and report["programs"] == 10
+    assert code == 0 and report is not None and report["cases"] == 10
 
 
 def test_finish_of_an_unknown_request_is_skipped() -> None:

@@ -15,14 +15,20 @@ from broken_sglang import window_freed_behind_the_tree, working_state_reported
 from kvhit.engines.sglang import cache as sglang_cache
 from kvhit.engines.sglang.cache import SglangCacheEngine
 from kvhit.harness.stateful import run_program
-from kvhit.harness.stateful_machine import Campaign
+from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Group, reused_blocks
-from kvhit.targets.runner import CallableRunner
-from kvhit.targets.stateful import EngineHost, Program, load_program_file, open_stateful
+from kvhit.targets.registry import Mode
+from kvhit.targets.runner import CallableRunner, Runner
+from kvhit.targets.spec import TargetSpec
+from kvhit.targets.stateful import EngineHost, Program, load_program_file
 
 PROGRAMS = 120
 FULL1 = {"kind": "full", "block_size": 1}
 MAMBA = {"kind": "mamba", "block_size": 1}
+
+
+def open_stateful(name: str) -> Runner:
+    return TargetSpec(name).open(Mode.STATEFUL)
 
 
 def admit(request: int, *tokens: int) -> dict[str, Any]:
@@ -145,11 +151,11 @@ def test_configurations_one_tree_cannot_hold_are_unsupported(
 
 
 def test_the_stateful_gate_finds_nothing_in_sglang() -> None:
-    campaign = Campaign(open_stateful("sglang"), "sglang", shape="sglang", stop_at_first=False)
-    campaign.run(programs=PROGRAMS)
-    assert campaign.found == []
-    assert campaign.counts["ok"] > PROGRAMS and campaign.counts["rejected"] > 0
-    assert campaign.counts["unsupported"] == 0
+    plan = ProgramPlan(shape="sglang", stop_at_first=False)
+    tally = run_programs(open_stateful("sglang"), "sglang", plan, programs=PROGRAMS)
+    assert tally.found == []
+    assert tally.counts["ok"] > PROGRAMS and tally.counts["rejected"] > 0
+    assert tally.counts["unsupported"] == 0
 
 
 @pytest.mark.parametrize(
@@ -158,14 +164,12 @@ def test_the_stateful_gate_finds_nothing_in_sglang() -> None:
 )
 def test_a_broken_engine_is_caught_and_shrunk(tmp_path: Path, factory: Any, kind: str) -> None:
     runner = CallableRunner(EngineHost(factory), timeout=30.0)
-    campaign = Campaign(
-        runner, factory.__name__, tmp_path, kinds=(kind,), shape="sglang", shrink_seconds=10
-    )
-    campaign.run(programs=PROGRAMS)
-    (found,) = campaign.found
+    plan = ProgramPlan(kinds=(kind,), shape="sglang", shrink_seconds=10, out_dir=tmp_path)
+    tally = run_programs(runner, factory.__name__, plan, programs=PROGRAMS)
+    (found,) = tally.found
     assert found.cls == "unsafe" and found.reason.startswith("stale block")
     assert len(found.program.ops) <= 3
-    (path,) = campaign.saved
+    (path,) = tally.files
     saved, _ = load_program_file(path.read_text())
     assert [g.kind for g in saved.groups if g.kind != "full"] == [kind]
     replayed = run_program(CallableRunner(EngineHost(factory), timeout=30.0), saved)

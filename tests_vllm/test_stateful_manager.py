@@ -9,11 +9,17 @@ import pytest
 from stateful_undocumented import manager_outside_divergences
 
 from kvhit.harness.stateful import run_program
-from kvhit.harness.stateful_machine import Campaign
-from kvhit.targets.runner import CallableRunner
-from kvhit.targets.stateful import EngineHost, Program, load_program_file, open_stateful
+from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.targets.registry import Mode
+from kvhit.targets.runner import CallableRunner, Runner
+from kvhit.targets.spec import TargetSpec
+from kvhit.targets.stateful import EngineHost, Program, load_program_file
 
 PROGRAMS = 150
+
+
+def open_stateful(name: str) -> Runner:
+    return TargetSpec(name).open(Mode.STATEFUL)
 
 
 def admit(request: int, *tokens: int) -> dict[str, Any]:
@@ -51,13 +57,11 @@ def test_vllm_refuses_a_single_group_aligned_past_its_block() -> None:
 def test_a_documented_lookup_divergence_is_caught_and_shrunk(tmp_path: Path) -> None:
     """Chunks that are not a multiple of the block size (findings-vllm.md class 2):
     vLLM claims a hit whose block it does not hold."""
-    campaign = Campaign(
-        open_stateful("vllm"), "vllm", tmp_path, kinds=("chunked_local",), shrink_seconds=20
-    )
-    campaign.run(programs=PROGRAMS)
-    (found,) = campaign.found
+    plan = ProgramPlan(kinds=("chunked_local",), shrink_seconds=20, out_dir=tmp_path)
+    tally = run_programs(open_stateful("vllm"), "vllm", plan, programs=PROGRAMS)
+    (found,) = tally.found
     assert found.cls == "unsafe" and len(found.program.ops) <= 3
-    (path,) = campaign.saved
+    (path,) = tally.files
     saved, _ = load_program_file(path.read_text())
     assert all(g.chunk % g.block_size for g in saved.groups)
     assert str(run_program(open_stateful("vllm"), saved)[-1].outcome.cls) == "unsafe"
@@ -65,18 +69,19 @@ def test_a_documented_lookup_divergence_is_caught_and_shrunk(tmp_path: Path) -> 
 
 def test_the_stateful_gate_finds_nothing_outside_the_documented_divergences() -> None:
     runner = CallableRunner(EngineHost(manager_outside_divergences), timeout=30.0)
-    campaign = Campaign(runner, "vllm", stop_at_first=False, seed=1)
-    campaign.run(programs=PROGRAMS)
-    assert campaign.found == []
-    assert campaign.counts["ok"] > PROGRAMS and campaign.counts["rejected"] > 0
+    plan = ProgramPlan(stop_at_first=False, seed=1)
+    tally = run_programs(runner, "vllm", plan, programs=PROGRAMS)
+    assert tally.found == []
+    assert tally.counts["ok"] > PROGRAMS and tally.counts["rejected"] > 0
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_same_seed_same_vllm_campaign(seed: int) -> None:
     def tally() -> tuple[int, dict[str, int]]:
         runner = CallableRunner(EngineHost(manager_outside_divergences), timeout=30.0)
-        campaign = Campaign(runner, "vllm", stop_at_first=False, seed=seed).run(programs=20)
-        return campaign.ops, dict(campaign.counts)
+        plan = ProgramPlan(stop_at_first=False, seed=seed)
+        tally = run_programs(runner, "vllm", plan, programs=20)
+        return tally.operations or 0, dict(tally.counts)
 
     assert tally() == tally()
 

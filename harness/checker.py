@@ -1,32 +1,34 @@
-"""The engine: feed cases to a target, judge each reply, shrink and save disagreements.
+"""The case checker: feed stateless cases to a target, judge each reply, shrink and
+save disagreements.
 
 Cases come from the sources (exhaustive scopes, the solver corpus, random queries,
-Hypothesis); the engine knows nothing about where they come from. The first
+Hypothesis); the checker knows nothing about where they come from. The first
 disagreement of each class is shrunk (keeping its class), saved, then reported to
 ``on_found``; later ones of the same class are only counted.
 
-    >>> from kvhit.targets.runner import open_target
+    >>> from kvhit.targets.spec import TargetSpec
     >>> from kvhit.harness.random_cases import random_queries
-    >>> engine = Engine(open_target("seed-min"), "seed-min")
-    >>> engine.run(Phase("random", ((q, None) for q in random_queries(1, 300))))
+    >>> checker = CaseChecker(TargetSpec("seed-min").open(), "seed-min")
+    >>> checker.run(Phase("random", ((q, None) for q in random_queries(1, 300))))
     True
-    >>> [str(d.cls) for d in engine.found], len(engine.found[0].query.groups)
+    >>> found = checker.tally.found
+    >>> [str(d.cls) for d in found], len(found[0].query.groups)
     (['unsafe'], 2)
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from kvhit.harness.compare import NOT_DISAGREEMENTS, Outcome, judge_reply
+from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.report import Disagreement, save
 from kvhit.harness.shrink import shrink
+from kvhit.harness.tally import Tally
 from kvhit.model.spec import Answer, Query, longest_hit
 from kvhit.targets.runner import Runner
 from kvhit.targets.wire import json_safe
@@ -57,57 +59,26 @@ class Phase:
 
 
 @dataclass
-class Tally:
-    """What a run checked and found: what its report is made of.
-
-    ``found[i]`` was first seen at case ``found_at[i]`` (see :attr:`Engine.position`)
-    and saved to ``saved[i]`` (None when the run keeps no files).
-    """
-
-    target: str
-    cases: int = 0
-    counts: Counter[str] = field(default_factory=Counter)
-    by_phase: Counter[str] = field(default_factory=Counter)
-    found: list[Disagreement] = field(default_factory=list)
-    found_at: list[tuple[int, int]] = field(default_factory=list)
-    saved: list[Path | None] = field(default_factory=list)
-    interrupted: bool = False  # Ctrl-C stopped the run before its end
-
-    @property
-    def disagreements(self) -> int:
-        """How many cases disagreed (all classes, shrunk or not)."""
-        return sum(n for cls, n in self.counts.items() if cls not in NOT_DISAGREEMENTS)
-
-    @property
-    def files(self) -> list[Path]:
-        """The replay files written."""
-        return [path for path in self.saved if path is not None]
-
-
-@dataclass
-class Engine:
-    """Checks cases against one target and keeps the tally."""
+class CaseChecker:
+    """Checks cases against one target and keeps the :class:`Tally`."""
 
     runner: Runner
     target: str
     out_dir: Path | None = None
     on_found: Callable[[Disagreement, Path | None], None] = lambda d, path: None
-    on_case: Callable[[Engine], None] = lambda engine: None
-    proceed: Callable[[Engine], bool] = lambda engine: True
-    """Asked before each case (whose place is :attr:`position`); False stops the run."""
+    on_case: Callable[[Tally], None] = lambda tally: None
+    proceed: Callable[[tuple[int, int]], bool] = lambda position: True
+    """Asked before each case with its :attr:`position`; False stops the run."""
     stop_at_first: bool = False
     shrink_seconds: float = 10.0
-    cases: int = 0
-    counts: Counter[str] = field(default_factory=Counter)
-    by_phase: Counter[str] = field(default_factory=Counter)
-    found: list[Disagreement] = field(default_factory=list)
-    saved: list[Path | None] = field(default_factory=list)
-    phase: str = ""
-    phases_run: int = 0
-    position: tuple[int, int] = (0, 0)
+    tally: Tally = field(init=False)
+    phase: str = field(init=False, default="")
+    phases_run: int = field(init=False, default=0)
+    position: tuple[int, int] = field(init=False, default=(0, 0))
     """The case being checked: (its phase's place in the run, its number in the phase)."""
-    found_at: list[tuple[int, int]] = field(default_factory=list)
-    """The :attr:`position` where each disagreement in :attr:`found` was first seen."""
+
+    def __post_init__(self) -> None:
+        self.tally = Tally(self.target)
 
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
         """Run the target on ``q`` and classify its reply; also the raw answer."""
@@ -118,11 +89,12 @@ class Engine:
     def check(self, q: Query, best: Answer | None = None) -> Outcome:
         """Check one case; shrink, save and report it if it is a new class."""
         outcome, answer = self.judge(q, best)
-        self.cases += 1
-        self.counts[outcome.cls] += 1
-        self.by_phase[self.phase] += 1
-        if outcome.disagrees and outcome.cls not in {d.cls for d in self.found}:
-            self.found_at.append(self.position)
+        tally = self.tally
+        tally.cases += 1
+        tally.counts[outcome.cls] += 1
+        tally.by_phase[self.phase] += 1
+        if outcome.disagrees and tally.found_new(outcome.cls):
+            tally.found_at.append(self.position)
             self.report(
                 Disagreement(self.target, outcome.cls, q, json_safe(answer), outcome.reason)
             )
@@ -135,10 +107,10 @@ class Engine:
     def report(self, seen: Disagreement) -> Disagreement:
         """Save the disagreement as seen, shrink it keeping its class, save the shrunk
         one in its place, then hand it to ``on_found``. What was seen is on disk (and
-        in :attr:`found`) before shrinking starts, so a run stopped while shrinking
-        keeps it."""
-        self.found.append(seen)
-        self.saved.append(first := self.keep(seen))
+        in the tally) before shrinking starts, so a run stopped while shrinking keeps it."""
+        tally = self.tally
+        tally.found.append(seen)
+        tally.saved.append(first := self.keep(seen))
         cls = seen.cls
         small = shrink(seen.query, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
         outcome, answer = self.judge(small)
@@ -148,7 +120,7 @@ class Engine:
         path = self.keep(found)
         if first is not None and first != path:
             first.unlink(missing_ok=True)
-        self.found[-1], self.saved[-1] = found, path
+        tally.found[-1], tally.saved[-1] = found, path
         self.on_found(found, path)
         return found
 
@@ -164,27 +136,10 @@ class Engine:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             self.position = (self.phases_run - 1, number)
-            if not self.proceed(self):
+            if not self.proceed(self.position):
                 return False
             self.check(q, best)
-            self.on_case(self)
-            if self.stop_at_first and self.found:
+            self.on_case(self.tally)
+            if self.stop_at_first and self.tally.found:
                 return False
         return True
-
-    def tally(self) -> Tally:
-        """The run so far, for reports (a copy: the engine may go on)."""
-        return Tally(
-            self.target,
-            self.cases,
-            Counter(self.counts),
-            Counter(self.by_phase),
-            list(self.found),
-            list(self.found_at),
-            list(self.saved),
-        )
-
-    @property
-    def disagreements(self) -> int:
-        """How many cases disagreed (all classes, shrunk or not)."""
-        return self.tally().disagreements

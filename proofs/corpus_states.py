@@ -11,24 +11,20 @@ really shipped differs from L*:
   instead of once per candidate (the spiral that sent hit rates to 0,
   :func:`kvhit.model.algorithms.spiral_fixed_point`).
 
-Solving takes a while, so the states are generated once by running this module
-(``python -m kvhit.harness.corpus_solver``) and kept in ``corpus.json``, which
-:mod:`kvhit.harness.corpus` reads; the tests check every stored state still shows
-its disagreement and regenerate a part.
+Solving takes a while, so the states are generated once, over the gate's small
+groups, by ``python -m kvhit.cli.corpus`` and kept in the file
+:mod:`kvhit.harness.corpus` reads (the gate loads no solver); the tests check every
+stored state still shows its disagreement and regenerate a part.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import product
-from pathlib import Path
 from typing import Any
 
 import z3
 
-from kvhit.harness.corpus import CORPUS_FILE
-from kvhit.harness.exhaustive import gate_groups
 from kvhit.model.algorithms import longest_of, min_of_groups, single_pass, spiral_fixed_point
 from kvhit.model.spec import Group, Query, default_alignment
 from kvhit.proofs.symbolic import SymRow, Z3Ops
@@ -57,10 +53,9 @@ def solve_state(groups: tuple[Group, ...], max_length: int, algorithm: str) -> Q
     return Query(groups, cached, max_length, max_length + 1, alignment)
 
 
-def solver_configs() -> Iterator[tuple[str, tuple[Group, ...], int]]:
-    """(algorithm, groups, M) for every search: pairs of small groups at M = 5, and
-    for the eagle spiral every pair with an eagle group."""
-    groups = gate_groups()
+def solver_configs(groups: Sequence[Group]) -> Iterator[tuple[str, tuple[Group, ...], int]]:
+    """(algorithm, groups, M) for every search: pairs of ``groups`` at M = 5, and for
+    the eagle spiral every pair with an eagle group."""
     for pair in product(groups, repeat=2):
         for algorithm in ("min_of_groups", "single_pass"):
             yield algorithm, pair, 5
@@ -68,23 +63,12 @@ def solver_configs() -> Iterator[tuple[str, tuple[Group, ...], int]]:
             yield "eagle_every_pass", pair, 5
 
 
-def generate() -> list[dict[str, Any]]:
-    """Every corpus entry: the algorithm that is wrong on it and the query."""
+def generate(groups: Sequence[Group]) -> list[dict[str, Any]]:
+    """Every corpus entry over pairs of ``groups``: the algorithm that is wrong on it
+    and the query."""
     out = []
-    for algorithm, groups, max_length in solver_configs():
-        q = solve_state(groups, max_length, algorithm)
+    for algorithm, pair, max_length in solver_configs(groups):
+        q = solve_state(pair, max_length, algorithm)
         if q is not None:
             out.append({"wrong": algorithm, "query": q.to_json()})
     return out
-
-
-def write(path: Path) -> int:
-    """Generate the solver corpus into ``path``; how many entries."""
-    entries = generate()
-    lines = ",\n".join(json.dumps(entry) for entry in entries)
-    path.write_text(f"[\n{lines}\n]\n", encoding="utf-8")
-    return len(entries)
-
-
-if __name__ == "__main__":
-    print(write(Path(__file__).with_name(CORPUS_FILE)), "entries")

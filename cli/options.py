@@ -1,0 +1,173 @@
+"""The options ``kvhit fuzz``, ``gate`` and ``replay`` share, handed to a command as one
+:class:`~kvhit.targets.spec.TargetSpec` and one :class:`RunSettings`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import click
+
+from kvhit.errors import BadInput, TargetError
+from kvhit.harness.jobs import default_jobs
+from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
+from kvhit.targets.registry import default_shape
+from kvhit.targets.runner import DEFAULT_TIMEOUT
+from kvhit.targets.spec import TargetSpec
+
+DEFAULT_OUT = "kvhit-disagreements"
+DEFAULT_STEPS = 20
+Command = Callable[..., Any]
+Decorator = Callable[[Command], Command]
+
+
+def decorated(func: Command, options: list[Decorator]) -> Command:
+    """``func`` with ``options``, the first one on top (as if written above it in order)."""
+    return functools.reduce(lambda f, option: option(f), reversed(options), func)
+
+
+def timeout_option(default: float = DEFAULT_TIMEOUT) -> Decorator:
+    """``--timeout``: the per-call limit."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=default,
+        show_default=True,
+        help="Per-call limit in seconds.",
+    )
+
+
+def target_options(func: Command) -> Command:
+    """``--target``, ``--target-cmd``, ``--timeout`` and ``--isolate``, given to ``func``
+    as one ``spec`` (:class:`TargetSpec`); BadInput if they do not name one target."""
+
+    @functools.wraps(func)
+    def wrapper(
+        target: str | None, target_cmd: str | None, timeout: float, isolate: bool, **kwargs: Any
+    ) -> Any:
+        try:
+            spec = TargetSpec(target, target_cmd, timeout, isolate)
+        except TargetError as err:
+            raise BadInput(str(err)) from None
+        return func(spec=spec, **kwargs)
+
+    options: list[Decorator] = [
+        click.option("--target", help="A built-in target or module:function."),
+        click.option("--target-cmd", help="A program speaking JSON lines on stdin/stdout."),
+        timeout_option(),
+        click.option(
+            "--isolate",
+            is_flag=True,
+            help="Run a --target in a worker process, so a target that crashes the "
+            "interpreter (native code, os._exit) is a crash, not the end of the run.",
+        ),
+    ]
+    return decorated(wrapper, options)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The options fuzz and gate share, as :func:`run_options` hands them over."""
+
+    spec: TargetSpec
+    seconds: float | None
+    cases: int | None
+    seed: int
+    shape: str | None
+    out: str
+    as_json: bool
+    jobs: int
+    ray_address: str | None
+
+    def drawn_shape(self) -> QueryShape:
+        """--shape, or the shape the built-in target declares
+        (:func:`kvhit.targets.registry.default_shape`)."""
+        return QueryShape(self.shape if self.shape is not None else default_shape(self.spec.name))
+
+
+def run_options(func: Command) -> Command:
+    """The options fuzz and gate share, given to ``func`` as one :class:`RunSettings`."""
+    names = [f.name for f in fields(RunSettings)]
+
+    @functools.wraps(func)
+    def packed(**kwargs: Any) -> Any:
+        settings = RunSettings(**{name: kwargs.pop(name) for name in names})
+        return func(settings, **kwargs)
+
+    options: list[Decorator] = [
+        click.option(
+            "--seconds",
+            type=click.FloatRange(min=0),
+            help="Time for random queries (fuzz: 10 unless --cases; gate: 20).",
+        ),
+        click.option("--cases", type=click.IntRange(min=1), help="At most N random cases."),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Same seed and options, same cases.",
+        ),
+        click.option("--out", default=DEFAULT_OUT, show_default=True, help="Replay files go here."),
+        click.option(
+            "--shape",
+            type=click.Choice([str(s) for s in QueryShape]),
+            help="What is drawn: queries (or, with --stateful, engine configurations) of "
+            "every kind and mix (any), or only what SGLang's one radix tree holds "
+            "(sglang). Default: sglang for --target sglang, else any.",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
+        click.option(
+            "--jobs",
+            type=click.IntRange(min=1),
+            default=default_jobs,
+            show_default="the cores",
+            help="Split the cases over N processes (same seed and N, same cases).",
+        ),
+        click.option(
+            "--ray",
+            "ray_address",
+            metavar="ADDRESS",
+            help="Run the --jobs on the Ray cluster at ADDRESS ('local': start one here).",
+        ),
+    ]
+    return target_options(decorated(packed, options))
+
+
+def stateful_options(func: Command) -> Command:
+    """``--stateful`` and ``--steps``."""
+    func = click.option(
+        "--steps",
+        type=click.IntRange(min=1),
+        default=DEFAULT_STEPS,
+        show_default=True,
+        help="With --stateful: the most operations per program.",
+    )(func)
+    return click.option(
+        "--stateful",
+        is_flag=True,
+        help="Drive a stateful engine (module:factory, or impl, vllm, sglang) with programs of "
+        "requests and check every lookup against a content ledger; see the README.",
+    )(func)
+
+
+def refuse_with_stateful(**given: Any) -> None:
+    """BadInput if an option that a campaign of programs does not take was given."""
+    for option, value in given.items():
+        if value:
+            raise BadInput(f"--{option.replace('_', '-')} is not available with --stateful")
+
+
+def check_kinds(kinds: str | None) -> tuple[Choice, ...]:
+    """``--kinds full,mamba,eagle`` as choices; BadInput naming an unknown kind."""
+    if kinds is None:
+        return CHOICES
+    try:
+        picked = choices(k.strip() for k in kinds.split(",") if k.strip())
+    except ValueError as err:
+        raise BadInput(f"--kinds: {err}") from None
+    if not picked:
+        raise BadInput(f"--kinds: no kind given; choose from {', '.join(CHOICES)}")
+    return picked

@@ -1,0 +1,67 @@
+"""What a campaign checked and found, for both case sources: stateless cases and
+stateful programs. The command line's progress, summary, JSON report and exit code
+are all made from a :class:`Tally`.
+
+    >>> tally = Tally("impl", cases=3, operations=12)
+    >>> tally.counts.update({"ok": 10, "rejected": 1, "unsafe": 1})
+    >>> tally.disagreements, tally.checked()
+    (1, '3 programs, 12 operations')
+    >>> Tally("model", cases=5).checked()
+    '5 cases'
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvhit.harness.compare import NOT_DISAGREEMENTS
+from kvhit.harness.report import Record
+
+
+@dataclass
+class Tally:
+    """The counts and findings of a run.
+
+    ``cases`` counts the cases checked, or the programs run (``operations`` then counts
+    their operations; it is None for stateless cases). ``counts`` is by reply class
+    (one per case, or per lookup of a program), ``by_phase`` the cases of each phase.
+    ``found[i]`` was first seen at ``found_at[i]`` (the phase's place in the run, the
+    case's number in it) and saved to ``saved[i]`` (None when the run keeps no files).
+    """
+
+    target: str
+    cases: int = 0
+    operations: int | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    by_phase: Counter[str] = field(default_factory=Counter)
+    found: list[Record] = field(default_factory=list)
+    found_at: list[tuple[int, int]] = field(default_factory=list)
+    saved: list[Path | None] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C stopped the run before its end
+
+    @property
+    def disagreements(self) -> int:
+        """How many cases (or lookups) disagreed, all classes, before any shrinking."""
+        return sum(n for cls, n in self.counts.items() if cls not in NOT_DISAGREEMENTS)
+
+    @property
+    def files(self) -> list[Path]:
+        """The replay files written."""
+        return [path for path in self.saved if path is not None]
+
+    def found_new(self, cls: str) -> bool:
+        """Whether no disagreement of class ``cls`` has been found yet."""
+        return all(d.cls != cls for d in self.found)
+
+    def checked(self) -> str:
+        """What was checked, for people: ``120 cases`` or ``3 programs, 40 operations``."""
+        if self.operations is None:
+            return f"{self.cases} cases"
+        return f"{self.cases} programs, {self.operations} operations"
+
+
+OnProgress = Callable[[Tally], None]
+"""Told a run's counts so far, whenever they change."""

@@ -1,0 +1,83 @@
+"""Which target to check and how to call it: one value for ``--target`` or
+``--target-cmd``, ``--timeout`` and ``--isolate``, and the one place that opens it.
+
+    >>> spec = TargetSpec(command="./my engine --fast")
+    >>> spec.label, spec.replay_flag
+    ('cmd:./my engine --fast', "--target-cmd './my engine --fast'")
+    >>> TargetSpec("model").open()({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
+    ...         "cached": [[True]], "max_length": 1, "num_tokens": 2, "alignment": 1})
+    Reply(status='answer', value={'length': 1, 'blocks': [[0]]}, detail='')
+    >>> TargetSpec("model", "./engine")
+    Traceback (most recent call last):
+    ...
+    kvhit.errors.TargetError: give exactly one of --target and --target-cmd
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from kvhit.errors import TargetError
+from kvhit.targets import registry
+from kvhit.targets.registry import Mode
+from kvhit.targets.runner import (
+    DEFAULT_TIMEOUT,
+    CallableRunner,
+    CommandRunner,
+    IsolatedRunner,
+    Runner,
+)
+from kvhit.targets.stateful import EngineHost
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target: ``name`` (a built-in, or ``module:function`` / ``module:factory``) or
+    ``command`` (a program speaking JSON lines), exactly one of them; the per-call
+    ``timeout``; with ``isolate``, a named target runs in a worker process.
+
+    Raises :class:`~kvhit.errors.TargetError` when the combination is not allowed.
+    """
+
+    name: str | None = None
+    command: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    isolate: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.name is None) == (self.command is None):
+            raise TargetError("give exactly one of --target and --target-cmd")
+        if self.isolate and self.command is not None:
+            raise TargetError(
+                "--isolate is for --target; a --target-cmd program has its own process"
+            )
+
+    @property
+    def label(self) -> str:
+        """How reports name the target."""
+        return self.name if self.name is not None else f"cmd:{self.command}"
+
+    @property
+    def replay_flag(self) -> str:
+        """The option that names the same target again, for a replay hint."""
+        if self.name is not None:
+            return f"--target {shlex.quote(self.name)}"
+        return f"--target-cmd {shlex.quote(self.command or '')}"
+
+    def open(self, mode: Mode = Mode.LOOKUP) -> Runner:
+        """A runner for this target in ``mode``: of protocol queries (a lookup), or of
+        the stateful protocol's messages (an engine made by a factory, or a program
+        reading one message per line and answering one line).
+
+        Raises :class:`~kvhit.errors.TargetError` when the target cannot be loaded.
+        """
+        if self.command is not None:
+            return CommandRunner(self.command, self.timeout)
+        assert self.name is not None
+        if self.isolate:
+            if mode == Mode.STATEFUL:
+                raise TargetError("--isolate is for lookups, not for stateful engines")
+            return IsolatedRunner(self.name, self.timeout)
+        loaded = registry.load(self.name, mode)
+        return CallableRunner(EngineHost(loaded) if mode == Mode.STATEFUL else loaded, self.timeout)
