@@ -6,5 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 site="$(mktemp -d)"
 trap 'rm -rf "$site"' EXIT
+# setuptools copies through build/, where a module deleted since the last build would
+# survive and be checked: start from the sources alone.
+rm -rf build
 pip install --quiet --no-deps --no-build-isolation --target "$site" . >/dev/null
 MYPYPATH="$site" mypy --config-file pyproject.toml -p kvhit
