@@ -149,7 +149,7 @@ def stateful_options(func: Command) -> Command:
         "--stateful",
         is_flag=True,
         help="Drive a stateful engine (module:factory, or impl, vllm, sglang) with programs of "
-        "requests and check every lookup against a content ledger; see the README.",
+        "requests and check every lookup against a content ledger; see docs/stateful.md.",
     )(func)
 
 

@@ -1,4 +1,4 @@
-"""A small stateful engine, written from scratch, for the README's stateful protocol.
+"""A small stateful engine, written from scratch, for the stateful protocol (docs/protocol.md).
 
 Full attention only (anything else is refused as unsupported): one pool of physical
 blocks shared by every group, an index from (group, token prefix through a block's

@@ -72,10 +72,10 @@ class BuiltIn:
         return self.lookup if mode == Mode.LOOKUP else self.stateful
 
 
-VLLM_HINT = "vLLM is not installed here; install it with scripts/install-vllm.sh (see the README)"
-SGLANG_HINT = (
-    "SGLang is not installed here; install it with scripts/install-sglang.sh (see the README)"
+VLLM_HINT = (
+    "vLLM is not installed here; install it with scripts/install-vllm.sh (see docs/engines/vllm.md)"
 )
+SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sglang.sh (see docs/engines/sglang.md)"
 
 BUILTINS: dict[str, BuiltIn] = {
     "model": BuiltIn("kvhit.targets.registry:model_target"),

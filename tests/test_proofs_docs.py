@@ -25,7 +25,7 @@ def table_after(text: str, heading: str) -> list[list[str]]:
 
 
 def readme_range(t: Theorem) -> str:
-    """How the README's table writes a theorem's range."""
+    """How the proofs page's table writes a theorem's range."""
     reach = "unbounded" if not t.bounded else f"bounded (N={t.bound} by default)"
     return f"{reach}; {t.scope}" if t.scope else reach
 

@@ -1,5 +1,5 @@
 """Random queries shaped for one target: ``--shape sglang`` draws only states SGLang's
-radix tree can hold (README, "Gating the real SGLang"), and is the default for
+radix tree can hold (docs/engines/sglang.md), and is the default for
 ``--target sglang``."""
 
 from __future__ import annotations
