@@ -47,8 +47,8 @@ def per_call_rate(target: str, phase: Phase) -> tuple[int, float]:
 def vectorized_rate(scope: exhaustive.Scope) -> tuple[int, float]:
     """States and seconds for L* of every state of ``scope``, batch by batch."""
     start = time.perf_counter()
-    for first in range(0, scope.states, exhaustive.BATCH):
-        codes = torch.arange(first, min(first + exhaustive.BATCH, scope.states))
+    for first in range(0, scope.states, exhaustive.STATES_PER_BATCH):
+        codes = torch.arange(first, min(first + exhaustive.STATES_PER_BATCH, scope.states))
         exhaustive.reference_lengths(scope, codes)
     return scope.states, time.perf_counter() - start
 

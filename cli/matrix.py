@@ -27,7 +27,7 @@ from kvhit.harness.compare import CLASSES
 
 COLUMNS = ("ok", *CLASSES, "unsupported")
 DEFAULT_CASES = 20_000
-DEFAULT_OUT = "kvhit-matrix"
+MATRIX_OUT = "kvhit-matrix"
 TARGETS = ("vllm", "vllm-undocumented")
 NO_TIME_BOUND = 86_400  # the random phase ends at --cases, not on a clock
 
@@ -199,7 +199,7 @@ def spans_text(rows: list[Row]) -> str:
     help="Processes per release (the cases depend on it: compare runs with equal --jobs).",
 )
 @click.option(
-    "--out", default=DEFAULT_OUT, show_default=True, help="Counterexamples go to OUT/RELEASE."
+    "--out", default=MATRIX_OUT, show_default=True, help="Counterexamples go to OUT/RELEASE."
 )
 @click.option(
     "--target",

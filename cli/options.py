@@ -14,10 +14,10 @@ from kvhit.errors import BadInput, TargetError
 from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.targets.registry import default_shape
-from kvhit.targets.runner import DEFAULT_TIMEOUT
+from kvhit.targets.runner import CALL_TIMEOUT
 from kvhit.targets.spec import TargetSpec
 
-DEFAULT_OUT = "kvhit-disagreements"
+REPLAY_OUT = "kvhit-disagreements"
 DEFAULT_STEPS = 20
 Command = Callable[..., Any]
 Decorator = Callable[[Command], Command]
@@ -28,7 +28,7 @@ def decorated(func: Command, options: list[Decorator]) -> Command:
     return functools.reduce(lambda f, option: option(f), reversed(options), func)
 
 
-def timeout_option(default: float = DEFAULT_TIMEOUT) -> Decorator:
+def timeout_option(default: float = CALL_TIMEOUT) -> Decorator:
     """``--timeout``: the per-call limit."""
     return click.option(
         "--timeout",
@@ -110,7 +110,7 @@ def run_options(func: Command) -> Command:
             show_default=True,
             help="Same seed and options, same cases.",
         ),
-        click.option("--out", default=DEFAULT_OUT, show_default=True, help="Replay files go here."),
+        click.option("--out", default=REPLAY_OUT, show_default=True, help="Replay files go here."),
         click.option(
             "--shape",
             type=click.Choice([str(s) for s in QueryShape]),

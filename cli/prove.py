@@ -24,7 +24,7 @@ from kvhit.cli.display import progress_bar
 from kvhit.draw import draw, judge
 from kvhit.errors import BadInput
 from kvhit.proofs.registry import Status, Theorem, all_theorems
-from kvhit.proofs.runner import DEFAULT_TIMEOUT, Result, run_theorem
+from kvhit.proofs.runner import SOLVER_TIMEOUT, Result, run_theorem
 
 STATUS_STYLE = {Status.PROVED: "green", Status.REFUTED: "yellow"}
 """Colours of the statuses that can be expected; every other status is red."""
@@ -75,7 +75,7 @@ def run_all(
     theorems: list[Theorem],
     bound: int | None = None,
     quick: bool = False,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = SOLVER_TIMEOUT,
     cross_check: bool = False,
     emit_dir: Path | None = None,
 ) -> list[Result]:
@@ -160,7 +160,7 @@ def report(console: Console, results: list[Result], cross_check: bool) -> None:
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_TIMEOUT,
+    default=SOLVER_TIMEOUT,
     show_default=True,
     help="Seconds per solver query.",
 )

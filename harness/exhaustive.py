@@ -39,7 +39,7 @@ from kvhit.model.spec import (
     touched_blocks,
 )
 
-BATCH = 1 << 20
+STATES_PER_BATCH = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,8 @@ def reference_lengths(scope: Scope, codes: torch.Tensor) -> torch.Tensor:
 def cases(scope: Scope) -> Iterator[tuple[Query, Answer]]:
     """Every state of ``scope`` with its reference answer, in code order."""
     answers = {L: answer_at(scope.template, L) for L in scope.template.candidates()}
-    for start in range(0, scope.states, BATCH):
-        codes = torch.arange(start, min(start + BATCH, scope.states), dtype=torch.int64)
+    for start in range(0, scope.states, STATES_PER_BATCH):
+        codes = torch.arange(start, min(start + STATES_PER_BATCH, scope.states), dtype=torch.int64)
         for code, length in zip(codes.tolist(), reference_lengths(scope, codes).tolist()):
             yield scope.query(code), answers[length]
 

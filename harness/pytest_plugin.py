@@ -22,7 +22,7 @@ import pytest
 
 from kvhit.harness.checker import CaseChecker
 from kvhit.harness.tally import Tally
-from kvhit.targets.runner import DEFAULT_TIMEOUT, CallableRunner, Runner
+from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
 
 Gate = Callable[..., Tally]
@@ -33,7 +33,7 @@ def gate_or_fail(
     out_dir: Path,
     seconds: float = 5.0,
     seed: int = 0,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = CALL_TIMEOUT,
 ) -> Tally:
     """Gate ``target``; ``pytest.fail`` with the drawn counterexample if it disagrees."""
     # Imported here: the gate's sources load torch and z3, which a suite that never

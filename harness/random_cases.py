@@ -76,7 +76,7 @@ def drawable(kinds: tuple[str, ...]) -> tuple[Kind, ...]:
     return tuple(kinds_of(choices(kinds)))
 
 
-BLOCK_SIZES = (1, 1, 1, 2, 4)
+DRAWN_BLOCK_SIZES = (1, 1, 1, 2, 4)
 
 
 def near(rng: random.Random, unit: int, top: int) -> int:
@@ -136,9 +136,10 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     Built directly, valid by construction (the tests check it against the parser), as
     generating cases is the harness's own share of a campaign's time.
     """
-    common = rng.choice(BLOCK_SIZES)
+    common = rng.choice(DRAWN_BLOCK_SIZES)
     sizes = [
-        common if rng.random() < 0.7 else rng.choice(BLOCK_SIZES) for _ in range(rng.randint(1, 4))
+        common if rng.random() < 0.7 else rng.choice(DRAWN_BLOCK_SIZES)
+        for _ in range(rng.randint(1, 4))
     ]
     groups = tuple(random_group(rng, kinds, max_blocks, b) for b in sizes)
     alignment = lcm(*sizes) * rng.choice((1, 1, 1, 2))
@@ -185,7 +186,7 @@ def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     >>> all(len(q.groups) <= 2 for q in (sglang_query(rng) for _ in range(50)))
     True
     """
-    b = rng.choice(BLOCK_SIZES)
+    b = rng.choice(DRAWN_BLOCK_SIZES)
     groups = [Group(Kind.FULL, b)]
     partners = sglang_partners(kinds, b)
     if partners and rng.random() < 0.9:

@@ -34,7 +34,7 @@ from kvhit.harness.compare import ReplyClass
 from kvhit.model.protocol import decode_json, parse_query
 from kvhit.model.spec import Query, longest_hit
 
-FORMAT = "kvhit-disagreement/1"
+DISAGREEMENT_FORMAT = "kvhit-disagreement/1"
 
 
 class Record(Protocol):
@@ -67,7 +67,7 @@ class Disagreement:
     def to_json(self) -> dict[str, Any]:
         """The replayable record (also an entry of ``gate --json``)."""
         return {
-            "format": FORMAT,
+            "format": DISAGREEMENT_FORMAT,
             "target": self.target,
             "class": self.cls,
             "query": self.query.to_json(),
@@ -117,7 +117,7 @@ def load_disagreement(text: str) -> tuple[Query, str | None]:
     """The query of a saved disagreement (or of a plain protocol query) and its saved
     class (None for a plain query); :class:`QueryError` naming the problem."""
     obj = decode_json(text, "file")
-    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+    if isinstance(obj, dict) and obj.get("format") == DISAGREEMENT_FORMAT:
         return parse_query(obj.get("query")), obj.get("class")
     return parse_query(obj), None
 

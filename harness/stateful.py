@@ -40,7 +40,7 @@ from kvhit.harness.ledger import Ledger, tokens_text
 from kvhit.model.spec import Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import (
-    FORMAT,
+    PROGRAM_FORMAT,
     Admit,
     Admitted,
     Finish,
@@ -209,7 +209,7 @@ class ProgramDisagreement:
         """The replayable record (also an entry of ``gate --stateful --json``)."""
         q = self.last.snapshot
         return {
-            "format": FORMAT,
+            "format": PROGRAM_FORMAT,
             "target": self.target,
             "class": self.cls,
             "reason": self.reason,

@@ -56,7 +56,7 @@ from kvhit.targets.runner import Runner
 from kvhit.targets.stateful import Admit, Finish, Program
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
-BATCH = 25  # programs per Hypothesis run
+PROGRAMS_PER_RUN = 25  # programs per Hypothesis run
 PHASE = "programs"  # the one phase of a campaign of programs, in its tally
 
 
@@ -252,7 +252,7 @@ class ProgramCampaign:
             for batch in range(1 << 30):
                 if self.spent():
                     break
-                self.run_batch(batch, BATCH)
+                self.run_batch(batch, PROGRAMS_PER_RUN)
                 if self.tally.found and self.plan.stop_at_first:
                     break
                 if not self.budget.bounded:

@@ -169,7 +169,7 @@ def cvc5_check(text: str, timeout: float, options: Mapping[str, str] | None = No
     return answer
 
 
-DEFAULT_TIMEOUT = 180.0
+SOLVER_TIMEOUT = 180.0
 """Seconds per solver query. The largest default goal (the unrolled sliding-window
 eagle scan at 64 blocks) takes cvc5 about 45 s on a quiet 2-core machine; this
 leaves room for a busy one."""
@@ -202,7 +202,7 @@ def run_theorem(
     theorem: Theorem,
     bound: int | None = None,
     quick: bool = False,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = SOLVER_TIMEOUT,
     cross_check: bool = False,
     emit_dir: str | Path | None = None,
 ) -> Result:

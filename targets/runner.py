@@ -14,7 +14,7 @@ and the run can end with its summary. Which runner a target gets is
 :meth:`kvhit.targets.spec.TargetSpec.open`'s choice.
 
     >>> from kvhit.targets.registry import model_target
-    >>> runner = CallableRunner(model_target, DEFAULT_TIMEOUT)
+    >>> runner = CallableRunner(model_target, CALL_TIMEOUT)
     >>> runner({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
     ...         "cached": [[True]], "max_length": 1, "num_tokens": 2, "alignment": 1})
     Reply(status='answer', value={'length': 1, 'blocks': [[0]]}, detail='')
@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from kvhit.errors import TargetError, Unsupported
 
-DEFAULT_TIMEOUT = 10.0
+CALL_TIMEOUT = 10.0
 STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
 WORKER_STARTUP = 120.0  # a worker imports kvhit and the target before it is ready
 STDERR_LINES = 8  # how much of a program's stderr a crash keeps

@@ -22,7 +22,7 @@ from kvhit.errors import TargetError
 from kvhit.targets import registry
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import (
-    DEFAULT_TIMEOUT,
+    CALL_TIMEOUT,
     CallableRunner,
     CommandRunner,
     IsolatedRunner,
@@ -42,7 +42,7 @@ class TargetSpec:
 
     name: str | None = None
     command: str | None = None
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = CALL_TIMEOUT
     isolate: bool = False
 
     def __post_init__(self) -> None:

@@ -52,7 +52,7 @@ from kvhit.model.protocol import QueryError, decode_json, parse_group, parse_row
 from kvhit.model.spec import Group, default_alignment
 from kvhit.targets.wire import BadReturn, shown
 
-FORMAT = "kvhit-stateful/1"
+PROGRAM_FORMAT = "kvhit-stateful/1"
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ def load_program_file(text: str) -> tuple[Program, dict[str, Any]]:
     """A saved stateful disagreement (or a plain program) and its record ({} for a
     plain program); :class:`QueryError` naming the problem."""
     obj = decode_json(text, "file")
-    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+    if isinstance(obj, dict) and obj.get("format") == PROGRAM_FORMAT:
         return Program.from_json(obj.get("program")), obj
     return Program.from_json(obj), {}
 
@@ -251,4 +251,4 @@ def is_program_file(text: str) -> bool:
         obj = decode_json(text, "file")
     except QueryError:
         return False  # the stateless loader says what is wrong with it
-    return isinstance(obj, dict) and (obj.get("format") == FORMAT or "ops" in obj)
+    return isinstance(obj, dict) and (obj.get("format") == PROGRAM_FORMAT or "ops" in obj)

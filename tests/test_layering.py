@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
-from kvhit_modules import modules
+from kvhit_modules import ROOT, modules
 
 # Each package's layer; a module may import only modules of its own layer or below.
 # The bottom (kvhit's own modules: errors, names to import, drawing, query files, the
@@ -132,3 +134,51 @@ def test_kvhit_gate_does_not_load_z3(tmp_path: Path) -> None:
     imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if "|" in line}
     assert "kvhit.harness.corpus" in imported and "torch" in imported
     assert not {m for m in imported if m.split(".")[0] in ("z3", "cvc5")}
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The classes and UPPER_CASE constants ``path`` defines at its top level."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            found.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        found |= {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()}
+    return found
+
+
+def test_no_two_modules_define_one_name() -> None:
+    """A class or a constant has one meaning in the package: two modules never define
+    the same name. The theorem modules share two names by convention: ``THEOREMS``
+    (what the registry reads from each) and ``CONFIGS`` (the block sizes and alignments
+    each one's goals are built at)."""
+    where: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for defined in top_level_names(path) - {"THEOREMS", "CONFIGS"}:
+            where.setdefault(defined, []).append(name)
+    assert len(where) > 100
+    shared = {name: places for name, places in where.items() if len(places) > 1}
+    assert not shared, shared
+
+
+def design_section(number: str) -> str:
+    """The text of docs/design.md's section ``number`` (up to the next heading)."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    start = text.index(f"### {number} ")
+    return text[start : text.index("\n#", start + 1)]
+
+
+def test_the_design_draws_these_layers() -> None:
+    """docs/design.md §6.2's table is LAYERS, and §6.1 names every package."""
+    drawn = {
+        package: int(row.split("|")[1])
+        for row in design_section("6.2").splitlines()
+        if row.startswith("| ") and row.split("|")[1].strip().isdigit()
+        for package in re.findall(r"`(kvhit[\w.]*)`", row.split("|")[2])
+    }
+    assert drawn == dict(LAYERS)
+    table = design_section("6.1")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert [p for p in config["packages"] if f"`{p}`" not in table] == []

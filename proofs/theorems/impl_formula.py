@@ -29,7 +29,7 @@ from kvhit.proofs.common import FINDERS
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
-BLOCK_SIZES = (1, 2, 3, 4)
+FORMULA_BLOCK_SIZES = (1, 2, 3, 4)
 
 
 def at_index(terms: list[Any], i: Any) -> Any:
@@ -91,7 +91,7 @@ def goal_for(kind: Kind, eagle: bool, b: int, bound: int) -> Goal:
 def build(bound: int | None) -> list[Goal]:
     """One goal per kind, eagle flag and block size, at rows of ``bound`` blocks."""
     n = bound or 8
-    return [goal_for(kind, eagle, b, n) for b in BLOCK_SIZES for kind, eagle in FINDERS]
+    return [goal_for(kind, eagle, b, n) for b in FORMULA_BLOCK_SIZES for kind, eagle in FINDERS]
 
 
 THEOREMS = [
