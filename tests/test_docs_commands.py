@@ -3,14 +3,19 @@ the short ones run and exit as the docs say, and every link to a repository file
 
 A fenced block preceded by ``<!-- docs-test: exit N -->`` is run: each of its ``kvhit``
 commands must exit with N, and the drawn lines its output shows (``query:``, ``group``,
-``... answered ...``, ``reference answer``) must be printed, in that order. The other
-blocks are parsed only (they need vLLM or SGLang, or take minutes).
+``... answered ...``, ``reference answer``) must be printed, in that order. A block
+marked ``<!-- docs-test: exit N, needs vllm -->`` (or ``sglang``) is run the same way
+by that engine's suite (tests_vllm/, tests_sglang/), at a test's budget
+(:func:`bounded`). The other blocks are parsed only (``kvhit verify``, which CI runs
+as ``kvhit verify --quick``; campaigns of many minutes).
 """
 
 from __future__ import annotations
 
 import doctest
 import functools
+import glob
+import os
 import re
 import shlex
 import subprocess
@@ -27,7 +32,8 @@ from kvhit.cli.main import main
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(
-    r"(?:^<!-- docs-test: exit (?P<exit>\d+) -->\n)?^```(?P<lang>\w*)\n(?P<body>.*?)^```$",
+    r"(?:^<!-- docs-test: exit (?P<exit>\d+)(?:, needs (?P<needs>\w+))? -->\n)?"
+    r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$",
     re.MULTILINE | re.DOTALL,
 )
 SHELL_LANGS = {"", "bash", "sh", "console"}
@@ -37,39 +43,47 @@ WRITES_REPLAY_FILES = {"gate", "fuzz"}
 
 @dataclass(frozen=True)
 class DocCommand:
-    """One ``kvhit`` command of a fenced block: where it is, how the docs run it, and
-    what they say it prints and returns (``exit_code`` None: parsed only)."""
+    """One ``kvhit`` command of a fenced block: where it is, how the docs run it (the
+    folder, the environment variables set before it), what they say it prints and
+    returns (``exit_code`` None: parsed only), and the engine it needs (None: none)."""
 
     page: Path
     line: int
     cwd: Path
+    env: tuple[tuple[str, str], ...]
     args: tuple[str, ...]
     exit_code: int | None
     shown: tuple[str, ...]
+    needs: str | None = None
 
     def __str__(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}: kvhit {' '.join(self.args)}"
 
 
-def kvhit_segments(line: str) -> list[tuple[Path, list[str]]]:
-    """The ``kvhit`` commands of one shell line, each with the folder it runs in.
+Segment = tuple[Path, tuple[tuple[str, str], ...], list[str]]
+
+
+def kvhit_segments(line: str) -> list[Segment]:
+    """The ``kvhit`` commands of one shell line, each with the folder it runs in and
+    the variables set before it.
 
     >>> kvhit_segments("cd tests && kvhit gate --target x  # a comment")
-    [(PosixPath('tests'), ['gate', '--target', 'x'])]
+    [(PosixPath('tests'), (), ['gate', '--target', 'x'])]
     >>> kvhit_segments("PYTHONPATH=a ~/venv/bin/kvhit check q.json | head")
-    [(PosixPath('.'), ['check', 'q.json'])]
+    [(PosixPath('.'), (('PYTHONPATH', 'a'),), ['check', 'q.json'])]
     """
     cwd, words, found = Path("."), [], []
     for token in [*shlex.split(line, comments=True), "&&"]:
         if token not in ("&&", ";", "|"):
             words.append(token)
             continue
+        env = []
         while words and re.fullmatch(r"\w+=\S*", words[0]):
-            words.pop(0)
+            env.append(tuple(words.pop(0).split("=", 1)))
         if words[:1] == ["cd"]:
             cwd = cwd / words[1]
         elif words and Path(words[0]).name == "kvhit":
-            found.append((cwd, words[1:]))
+            found.append((cwd, tuple(env), words[1:]))
         words = []
     return found
 
@@ -81,6 +95,7 @@ def block_commands(page: Path, text: str, match: re.Match[str]) -> list[DocComma
     prompted = any(line.startswith("$ ") for line in lines)
     first_line = text.count("\n", 0, match.start("body")) + 1
     exit_code = int(match["exit"]) if match["exit"] else None
+    needs = match["needs"]
     commands = []
     for number, line in enumerate(lines):
         if prompted and not line.startswith("$ "):
@@ -91,10 +106,9 @@ def block_commands(page: Path, text: str, match: re.Match[str]) -> list[DocComma
                 if after.startswith("$ "):
                     break
                 shown.append(after)
-        for cwd, args in kvhit_segments(line.removeprefix("$ ")):
-            commands.append(
-                DocCommand(page, first_line + number, cwd, tuple(args), exit_code, tuple(shown))
-            )
+        for cwd, env, args in kvhit_segments(line.removeprefix("$ ")):
+            where = (page, first_line + number, cwd, env)
+            commands.append(DocCommand(*where, tuple(args), exit_code, tuple(shown), needs))
     return commands
 
 
@@ -110,7 +124,39 @@ def doc_commands() -> list[DocCommand]:
 
 
 COMMANDS = doc_commands()
-RUN = [c for c in COMMANDS if c.exit_code is not None]
+RUN = [c for c in COMMANDS if c.exit_code is not None and c.needs is None]
+
+
+def engine_commands(engine: str) -> list[DocCommand]:
+    """The documented commands run by ``engine``'s own suite, in the docs' order."""
+    return [c for c in COMMANDS if c.exit_code is not None and c.needs == engine]
+
+
+def bounded(args: tuple[str, ...]) -> list[str]:
+    """A documented command at a test's budget: campaigns of at most
+    :data:`TEST_SECONDS` seconds, matrices of :data:`MATRIX_CASES` random cases a
+    release, and per-call limits that leave room for importing an engine.
+
+    >>> bounded(("gate", "--target", "vllm", "--seconds", "300"))
+    ['gate', '--target', 'vllm', '--seconds', '5', '--timeout', '60']
+    >>> bounded(("matrix", "--vllm", "0.14.0"))
+    ['matrix', '--vllm', '0.14.0', '--cases', '300', '--timeout', '60']
+    """
+    out = list(args)
+    if "--seconds" in out:
+        at = out.index("--seconds") + 1
+        out[at] = str(min(float(out[at]), TEST_SECONDS)).removesuffix(".0")
+    elif out[0] in WRITES_REPLAY_FILES:
+        out += ["--seconds", str(TEST_SECONDS)]
+    if out[0] == "matrix" and "--cases" not in out:
+        out += ["--cases", str(MATRIX_CASES)]
+    if out[0] in (*WRITES_REPLAY_FILES, "matrix") and "--timeout" not in out:
+        out += ["--timeout", "60"]
+    return out
+
+
+TEST_SECONDS = 5
+MATRIX_CASES = 300
 
 
 def test_this_files_examples() -> None:
@@ -123,10 +169,18 @@ def test_the_docs_have_commands() -> None:
     assert {c.args[0] for c in RUN} >= {"check", "prove", "gate", "fuzz", "replay"}
 
 
+def test_each_engine_has_commands_its_suite_runs() -> None:
+    """Blocks that need an engine name one kvhit drives, and each engine's suite has
+    its gates to run (vLLM's also a matrix and a replay of what the matrix saved)."""
+    assert {c.needs for c in COMMANDS} == {None, "vllm", "sglang"}
+    assert {c.args[0] for c in engine_commands("vllm")} == {"gate", "matrix", "replay"}
+    assert {c.args[0] for c in engine_commands("sglang")} == {"gate"}
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
 def test_command_parses(command: DocCommand, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The command and its options exist and take these values. A path that a parse-only
-    command expects an earlier step (an install, a run) to have made may be missing."""
+    """The command and its options exist and take these values. A path that a command
+    not run here expects an earlier step (an install, a run) to have made may be missing."""
     monkeypatch.chdir(ROOT / command.cwd)
     name, *rest = command.args
     parent = click.Context(main, info_name="kvhit")
@@ -136,7 +190,8 @@ def test_command_parses(command: DocCommand, monkeypatch: pytest.MonkeyPatch) ->
         subcommand.make_context(name, list(rest), parent=parent)
     except click.BadParameter as err:
         missing_path = isinstance(err.param and err.param.type, click.Path)
-        if command.exit_code is not None or not missing_path:
+        runs_here = command.exit_code is not None and command.needs is None
+        if runs_here or not missing_path:
             raise
 
 
@@ -153,6 +208,36 @@ def run(command: DocCommand) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def run_in(command: DocCommand, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """Run an engine's documented command at a test's budget (:func:`bounded`) in
+    ``workdir``, where the block's earlier commands left their files: its variables set
+    (``~/venv-NAME`` read as this environment) and its file patterns expanded there."""
+    args = [
+        found
+        for arg in bounded(command.args)
+        for found in (sorted(glob.glob(arg, root_dir=workdir)) if "*" in arg else [arg])
+    ]
+    env = {**os.environ, **{k: re.sub(r"^~/venv-\w+", sys.prefix, v) for k, v in command.env}}
+    return subprocess.run(
+        [sys.executable, "-m", "kvhit.cli", *args],
+        cwd=workdir / command.cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def check_engine_command(command: DocCommand, root: Path) -> None:
+    """Run an engine's documented command (:func:`run_in`) in its page's folder under
+    ``root`` (shared by the page's commands, in order: a matrix, then a replay of what
+    it saved) and check it exits as the docs say. The engine's suite calls this."""
+    workdir = root / command.page.stem
+    workdir.mkdir(exist_ok=True)
+    result = run_in(command, workdir)
+    assert result.returncode == command.exit_code, (result.stdout[-2000:], result.stderr[-2000:])
 
 
 def drawn(lines: list[str] | tuple[str, ...]) -> list[str]:
