@@ -23,13 +23,13 @@ report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 python3 -m pip install --disable-pip-version-check --quiet --dry-run --ignore-installed \
     --report "$report" "$repo_dir" "torch==$pin" 2> >(grep -v "is ignored" >&2)
-python3 - "$report" "$pin" "$(basename "$(dirname "$metadata")")" <<'PY'
+python3 - "$report" "$pin" "$(basename "$(dirname "$metadata")" .dist-info)" <<'PY'
 import json
 import sys
 
-report, pin, wheel = sys.argv[1:]
+report, pin, release = sys.argv[1:]
 picked = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.load(open(report))["install"]}
 if picked.get("torch") != pin or "kvhit" not in picked:
     sys.exit(f"pip did not resolve kvhit with torch {pin}: {picked}")
-print(f"pip resolves kvhit {picked['kvhit']} beside torch {pin}, the torch {wheel} pins")
+print(f"pip resolves kvhit {picked['kvhit']} beside torch {pin}, the torch {release} pins")
 PY
