@@ -390,23 +390,25 @@ def verify_section(console: Console, quick: bool) -> bool:
     seconds = 3.0 if quick else 15.0
     with tempfile.TemporaryDirectory() as tmp:
         console.rule("the gate on impl")
-        try:
-            impl = TargetSpec("impl").open()
-        except TargetError as err:
-            console.print(f"[red]impl cannot be gated[/red]: {err}")
-            impl_clean = False
-        else:
-            tally = run_gate(CaseChecker(impl, "impl", Path(tmp), stop_at_first=True), seconds)
-            impl_clean = not tally.disagreements
-            console.print(f"impl: {tally.checked()}: {counts_text(tally.counts)}")
-            for d in tally.found:
-                console.print(d.render(), markup=False)
+        impl = shown_gate(console, "impl", seconds, Path(tmp))
+        impl_clean = impl is not None and not impl.disagreements
         console.rule("the gate catches seed-min")
-        seed_min = TargetSpec("seed-min").open()
-        tally = run_gate(CaseChecker(seed_min, "seed-min", Path(tmp), stop_at_first=True), seconds)
-        for d in tally.found:
-            console.print(d.render(), markup=False)
-        caught = bool(tally.found)
-        console.print(f"seed-min: {tally.checked()}: {counts_text(tally.counts)}")
+        seed_min = shown_gate(console, "seed-min", seconds, Path(tmp))
+        caught = seed_min is not None and bool(seed_min.found)
         console.print("[green]caught[/green]" if caught else "[red]not caught[/red]")
     return impl_clean and caught
+
+
+def shown_gate(console: Console, name: str, seconds: float, out: Path) -> Tally | None:
+    """Gate the built-in ``name`` for ``seconds``, stopping at the first disagreement,
+    and show what it found and its counts; None (said in red) if it cannot be opened."""
+    try:
+        runner = TargetSpec(name).open()
+    except TargetError as err:
+        console.print(f"[red]{name} cannot be gated[/red]: {err}")
+        return None
+    tally = run_gate(CaseChecker(runner, name, out, stop_at_first=True), seconds)
+    for d in tally.found:
+        console.print(d.render(), markup=False)
+    console.print(f"{name}: {tally.checked()}: {counts_text(tally.counts)}")
+    return tally

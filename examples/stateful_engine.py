@@ -25,7 +25,7 @@ from typing import Any
 
 from kvhit.errors import Unsupported
 
-Key = tuple[int, tuple[int, ...]]  # (group, the tokens of the prefix through the block)
+BlockKey = tuple[int, tuple[int, ...]]  # (group, the tokens of the prefix through the block)
 
 
 class FullAttentionEngine:
@@ -39,11 +39,11 @@ class FullAttentionEngine:
         self.alignment = config["alignment"]
         self.free = dict.fromkeys(range(config["num_blocks"]))  # in eviction order
         self.refs: Counter[int] = Counter()
-        self.index: dict[Key, int] = {}
-        self.key_of: dict[int, Key] = {}
+        self.index: dict[BlockKey, int] = {}
+        self.key_of: dict[int, BlockKey] = {}
         self.tables: dict[int, list[int]] = {}
 
-    def keys(self, g: int, tokens: Sequence[int], blocks: int) -> list[Key]:
+    def keys(self, g: int, tokens: Sequence[int], blocks: int) -> list[BlockKey]:
         """Group g's index keys of the first ``blocks`` blocks of ``tokens``."""
         b = self.sizes[g]
         return [(g, tuple(tokens[: (j + 1) * b])) for j in range(blocks)]
@@ -107,7 +107,7 @@ class FullAttentionEngine:
         self.refs[block] += 1
         self.free.pop(block, None)
 
-    def cache(self, key: Key, block: int) -> None:
+    def cache(self, key: BlockKey, block: int) -> None:
         """Index ``block`` under ``key``, unless another block already holds it."""
         if key not in self.index:
             self.index[key] = block

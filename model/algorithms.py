@@ -46,7 +46,7 @@ def max_passes(q: Query, ops: Ops = PY) -> Any:
 GroupFinder = Callable[[Any, Any], Any]
 """(group index, m) -> f_g(m): every group's finder behind one call."""
 
-State = tuple[Any, Any]
+LoopState = tuple[Any, Any]
 """The fixed point's state between passes: (L, whether the last pass left L unchanged)."""
 
 
@@ -70,7 +70,7 @@ class Loop:
     groups: Any
     ops: Ops
 
-    def start(self, top: Any) -> State:
+    def start(self, top: Any) -> LoopState:
         """L at the longest candidate; no pass yet."""
         return top, False
 
@@ -84,18 +84,18 @@ class Loop:
             length = self.ops.ite(g < self.groups, self.visit(length, g), length)
         return length
 
-    def settle(self, state: State, after: Any) -> State:
+    def settle(self, state: LoopState, after: Any) -> LoopState:
         """The state once a pass from ``state`` has ended at ``after``: settled when
         the pass changed nothing; a settled state stays as it is."""
         length, done = state
         ops = self.ops
         return ops.ite(done, length, after), ops.or_(done, after == length)
 
-    def step(self, state: State) -> State:
+    def step(self, state: LoopState) -> LoopState:
         """One pass of the loop."""
         return self.settle(state, self.run_pass(state[0]))
 
-    def finish(self, state: State) -> Any:
+    def finish(self, state: LoopState) -> Any:
         """The hit length: L."""
         return state[0]
 

@@ -45,7 +45,7 @@ WORKER_STARTUP = 120.0  # a worker imports kvhit and the target before it is rea
 STDERR_LINES = 8  # how much of a program's stderr a crash keeps
 
 
-Status = Literal["answer", "crash", "timeout", "unsupported", "bad_return"]
+ReplyStatus = Literal["answer", "crash", "timeout", "unsupported", "bad_return"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Reply:
     ``timeout``, ``unsupported`` or ``bad_return``; ``detail`` says more for a person.
     """
 
-    status: Status
+    status: ReplyStatus
     value: Any = None
     detail: str = ""
 

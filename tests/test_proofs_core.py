@@ -78,7 +78,7 @@ def test_finder_theorems_cover_both_window_conventions(name: str) -> None:
 
 
 def test_an_exclusive_setting_runs_the_exclusive_group() -> None:
-    finder = contracts.Finder("sliding_window", True, "exclusive")
+    finder = contracts.ContractFinder("sliding_window", True, "exclusive")
     s = contracts.make_setting(finder, 2, 4, None)
     assert s.group.exclusive and s.group.eagle
     # k = ceil(w/2) + 1 under the exclusive reading: 3 blocks at w = 3 (2 if inclusive)

@@ -33,11 +33,13 @@ def test_a_negated_universal_becomes_its_witness() -> None:
     assert check(grounded) == z3.unsat
 
 
-EAGLE_WINDOWS = [contracts.Finder("sliding_window", True, c) for c in WINDOW_CONVENTIONS]
+EAGLE_WINDOWS = [contracts.ContractFinder("sliding_window", True, c) for c in WINDOW_CONVENTIONS]
 
 
 @pytest.mark.parametrize("finder", EAGLE_WINDOWS, ids=lambda f: f.label)
-def test_contract_goals_are_quantifier_free_and_cvc5_proves_them(finder: contracts.Finder) -> None:
+def test_contract_goals_are_quantifier_free_and_cvc5_proves_them(
+    finder: contracts.ContractFinder,
+) -> None:
     goals = contracts.unbounded_goals(finder, 2, 4)
     assert len(goals) == 3
     for goal in goals:
@@ -47,7 +49,7 @@ def test_contract_goals_are_quantifier_free_and_cvc5_proves_them(finder: contrac
 
 @pytest.mark.parametrize("finder", EAGLE_WINDOWS, ids=lambda f: f.label)
 def test_unrolled_goals_are_quantifier_free_and_both_solvers_prove_them(
-    finder: contracts.Finder,
+    finder: contracts.ContractFinder,
 ) -> None:
     # the unrolled goals are solved with their own z3 logic and cvc5 options
     for goal in contracts.unrolled_goals(finder, 2, 4, 16):

@@ -91,7 +91,7 @@ inclusive ones (z3 alone at (2, 4), 64 blocks: 18 s and 27 s with eagle)."""
 
 
 @dataclass(frozen=True)
-class Finder:
+class ContractFinder:
     """One finder the contract is proved for: a kind, with or without the eagle
     wrapper, and the window convention its group reads (a sliding window's finder is
     proved under each)."""
@@ -108,7 +108,7 @@ class Finder:
     def label(self) -> str:
         """``kind [exclusive] [eagle]``, as :meth:`Group.describe` names them.
 
-        >>> Finder(Kind.SLIDING_WINDOW, True, WindowConvention.EXCLUSIVE).label
+        >>> ContractFinder(Kind.SLIDING_WINDOW, True, WindowConvention.EXCLUSIVE).label
         'sliding_window exclusive eagle'
         """
         convention = " exclusive" if self.convention == WindowConvention.EXCLUSIVE else ""
@@ -125,8 +125,10 @@ def conventions(kind: Kind) -> tuple[WindowConvention, ...]:
     return WINDOW_CONVENTIONS if kind == Kind.SLIDING_WINDOW else (WindowConvention.INCLUSIVE,)
 
 
-CONTRACT_FINDERS: tuple[Finder, ...] = tuple(
-    Finder(kind, eagle, convention) for kind, eagle in FINDERS for convention in conventions(kind)
+CONTRACT_FINDERS: tuple[ContractFinder, ...] = tuple(
+    ContractFinder(kind, eagle, convention)
+    for kind, eagle in FINDERS
+    for convention in conventions(kind)
 )
 """Every finder of :data:`FINDERS`, a sliding window's under both conventions."""
 
@@ -251,7 +253,9 @@ class FinderSetting:
         return window_span(self.group, self.ops) + (1 if self.group.eagle else 0)
 
 
-def make_setting(finder: Finder, b: Any, a: Any, bound: int | None, tag: str = "") -> FinderSetting:
+def make_setting(
+    finder: ContractFinder, b: Any, a: Any, bound: int | None, tag: str = ""
+) -> FinderSetting:
     """Symbolic parameters for one finder at block size b and alignment a.
 
     ``bound`` None: unbounded (rows of any length, read through ``below``);
@@ -412,7 +416,7 @@ def induction_parts(s: FinderSetting, j: Any, tag: str) -> dict[str, Part]:
     }
 
 
-def unbounded_goals(finder: Finder, b: int, a: int) -> list[Goal]:
+def unbounded_goals(finder: ContractFinder, b: int, a: int) -> list[Goal]:
     """Start, step and exit of the loop invariant, over rows of any length."""
     s = make_setting(finder, b, a, None)
     label = f"{finder.label} b={b} A={a}"
@@ -423,7 +427,7 @@ def unbounded_goals(finder: Finder, b: int, a: int) -> list[Goal]:
     ]
 
 
-def symbolic_goals(finder: Finder) -> list[Goal]:
+def symbolic_goals(finder: ContractFinder) -> list[Goal]:
     """Start, step and exit of the loop invariant with b and A symbolic too (b ≥ 1,
     A = a·b, a ≥ 1): products and quotients by b, A and the chunk are made linear by
     :func:`kvhit.proofs.linearize.linearize`, whose lemmas ``arithmetic_lemmas`` proves."""
@@ -449,7 +453,7 @@ def lemma_theorem_goals(bound: int | None) -> list[Goal]:
     return [Goal(f"lemma {name}", [], z3.Not(claim)) for name, claim in linear.lemmas().items()]
 
 
-def unrolled_goals(finder: Finder, b: int, a: int, bound: int) -> list[Goal]:
+def unrolled_goals(finder: ContractFinder, b: int, a: int, bound: int) -> list[Goal]:
     """The whole scan unrolled over rows of ``bound`` blocks, against the contract."""
     s = make_setting(finder, b, a, bound)
     hit = run_scan(s.scan, s.row, s.ops)
