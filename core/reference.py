@@ -17,22 +17,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvhit.model.algorithms import fixed_point, per_group
-from kvhit.model.spec import Answer, Query, answer_at, reduced
+from kvhit.model.spec import Answer, Query, answer_at, coarse_answer, fine_query, reduced
 
 
 def fixed_point_answer(q: Query) -> Answer:
     """The fixed point's answer (L*, with the blocks reused there)."""
-    small, shift = reduced(q)
+    small, shift = reduced(fine_query(q))
     length = fixed_point(small)
-    return Answer(length + shift, answer_at(small, length).blocks)
+    return coarse_answer(q, Answer(length + shift, answer_at(small, length).blocks))
 
 
 def finder_results(q: Query) -> list[int]:
     """Each group's own finder result from the longest candidate (``per_group``), each
     run on its own group's reduced query: a group's finder reads only its own row."""
     out = []
-    for g, row in zip(q.groups, q.cached):
-        alone, shift = reduced(replace(q, groups=(g,), cached=(row,)))
+    fine = fine_query(q)
+    for g, row in zip(fine.groups, fine.cached):
+        alone, shift = reduced(replace(fine, groups=(g,), cached=(row,)))
         out.append(per_group(alone)[0] + shift)
     return out
 

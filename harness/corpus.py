@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Kind, Query, WindowConvention
+from kvhit.model.spec import Drafter, Group, Kind, Query, WindowConvention
 
 CORPUS_FILE = "corpus.json"
 SOURCE = Path(__file__).with_name(CORPUS_FILE)
@@ -60,11 +60,11 @@ def boundary_groups(block_sizes: Sequence[int] = (1, 2)) -> Iterator[Group]:
     reaches one token past the last of them (t = 2b + 1)."""
     for b in block_sizes:
         yield Group(Kind.FULL, b)
-        yield Group(Kind.FULL, b, eagle=True)
+        yield Group(Kind.FULL, b, drafter=Drafter.DROP)
         yield Group(Kind.MAMBA, b)
         for w in near_multiples(b, 2):
             yield Group(Kind.SLIDING_WINDOW, b, window=w)
-            yield Group(Kind.SLIDING_WINDOW, b, window=w, eagle=True)
+            yield Group(Kind.SLIDING_WINDOW, b, window=w, drafter=Drafter.DROP)
         yield Group(
             Kind.SLIDING_WINDOW, b, window=2 * b + 1, window_convention=WindowConvention.EXCLUSIVE
         )

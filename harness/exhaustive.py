@@ -28,6 +28,7 @@ import torch
 
 from kvhit.model.spec import (
     Answer,
+    Drafter,
     Group,
     Kind,
     Query,
@@ -136,9 +137,9 @@ def gate_groups() -> list[Group]:
         Group(Kind.CHUNKED_LOCAL, 1, chunk=2),
         Group(Kind.CHUNKED_LOCAL, 2, chunk=3),
         Group(Kind.MAMBA, 1),
-        Group(Kind.FULL, 1, eagle=True),
-        Group(Kind.FULL, 2, eagle=True),
-        Group(Kind.SLIDING_WINDOW, 1, window=2, eagle=True),
+        Group(Kind.FULL, 1, drafter=Drafter.DROP),
+        Group(Kind.FULL, 2, drafter=Drafter.DROP),
+        Group(Kind.SLIDING_WINDOW, 1, window=2, drafter=Drafter.DROP),
     ]
 
 

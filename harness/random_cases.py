@@ -24,6 +24,7 @@ from kvhit.model.spec import (
     EAGLE_KINDS,
     KINDS,
     PARAMETERS,
+    Drafter,
     Group,
     Kind,
     Query,
@@ -98,7 +99,7 @@ def make_group(
     drawing its own way (its coin's False, the common case, shrinks first).
 
     >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
-    Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, eagle=True, window_convention=<WindowConvention.EXCLUSIVE: 'exclusive'>)
+    Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, drafter=<Drafter.DROP: 'drop'>, window_convention=<WindowConvention.EXCLUSIVE: 'exclusive'>)
     """
     kind = pick(drawable(tuple(kinds)))
     b = block_size()
@@ -106,7 +107,7 @@ def make_group(
     eagle = Choice.EAGLE in kinds and kind in EAGLE_KINDS and coin()
     exclusive = kind == Kind.SLIDING_WINDOW and coin()
     convention = WindowConvention.EXCLUSIVE if exclusive else WindowConvention.INCLUSIVE
-    return group_of(kind, b, parameter, eagle, convention)
+    return group_of(kind, b, parameter, Drafter.DROP if eagle else None, convention)
 
 
 def random_group(

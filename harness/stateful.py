@@ -106,7 +106,7 @@ class ProgramRun:
             return failed(reply, "snapshot")
         groups = self.program.groups
         try:
-            rows = decode_snapshot(reply.value, len(groups))
+            rows = decode_snapshot(reply.value, groups)
         except BadReturn as err:
             return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
         t = len(op.tokens)

@@ -25,13 +25,14 @@ from typing import Any
 
 from kvhit.model.finders import find
 from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Group, Query, longest_hit, top_length, valid
+from kvhit.model.spec import Group, Query, fine_query, longest_hit, top_length, valid
 
 Finder = Callable[[Any], Any]
 
 
 def group_finders(q: Query, ops: Ops = PY) -> list[Finder]:
-    """Each group's finder m -> f_g(m), in group order."""
+    """Each group's finder m -> f_g(m), in group order (over the :func:`fine_query`)."""
+    q = fine_query(q)
     return [
         partial(find, g, row, alignment=q.alignment, num_tokens=q.num_tokens, ops=ops)
         for g, row in zip(q.groups, q.cached)
@@ -147,7 +148,7 @@ def spiral_finders(q: Query, ops: Ops = PY) -> list[Finder]:
     call, so every pass of the fixed point drops another block."""
 
     def spiral(g: Group, row: Any) -> Finder:
-        base = replace(g, eagle=False)
+        base = replace(g, drafter=None)
         b, a = g.block_size, q.alignment
 
         def f(m: Any) -> Any:
@@ -157,6 +158,7 @@ def spiral_finders(q: Query, ops: Ops = PY) -> list[Finder]:
         return f
 
     right = group_finders(q, ops)
+    q = fine_query(q)
     return [spiral(g, row) if g.eagle else f for g, row, f in zip(q.groups, q.cached, right)]
 
 
@@ -182,6 +184,7 @@ def longest_of(q: Query, lengths: Iterable[Any], ops: Ops = PY) -> Any:
         1
     """
     best: Any = 0
+    q = fine_query(q)
     for length in sorted(lengths):
         every = ops.and_(
             length <= q.max_length,

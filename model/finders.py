@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Group, Kind, reused_range, window_span
+from kvhit.model.spec import Drafter, Group, Kind, reused_range, window_span
 
 State = tuple[Any, ...]
 
@@ -88,11 +88,14 @@ def frame_for(g: Group, m: Any, alignment: Any, num_tokens: Any, ops: Ops = PY) 
     For an eagle group this is the single-drop wrapper: look at blocks up to m + b
     (but only whole blocks of the request), so the hit found is one block past a
     candidate, then report it one block shorter. The drop is per candidate, inside
-    the finder, so f(f(m)) = f(m) and the fixed point does not spiral down.
+    the finder, so f(f(m)) = f(m) and the fixed point does not spiral down. A
+    lookahead drafter's group looks no further than T − La, where its keys stop.
     """
     b = g.block_size
     if g.eagle:
         return Frame(alignment, b, b, ops.min(ops.div(m + b, b), ops.div(num_tokens, b)))
+    if g.drafter == Drafter.LOOKAHEAD:
+        m = ops.min(m, ops.max(0, num_tokens - g.lookahead))
     return Frame(alignment, b, 0, ops.div(m, b))
 
 

@@ -19,19 +19,31 @@ import json
 from typing import Any
 
 from kvhit.model.spec import (
+    DRAFTERS,
     EAGLE_KINDS,
     KINDS,
     PARAMETERS,
     WINDOW_CONVENTIONS,
+    Drafter,
     Group,
     Kind,
     Query,
+    Upto,
     WindowConvention,
     default_alignment,
 )
 
-QUERY_FIELDS = {"groups", "cached", "max_length", "num_tokens", "alignment"}
-GROUP_FIELDS = {"kind", "block_size", "window", "chunk", "eagle", "window_convention"}
+QUERY_FIELDS = {"groups", "cached", "max_length", "num_tokens", "alignment", "hash_unit"}
+GROUP_FIELDS = {
+    "kind",
+    "block_size",
+    "window",
+    "chunk",
+    "eagle",
+    "drafter",
+    "lookahead",
+    "window_convention",
+}
 
 
 class QueryError(ValueError):
@@ -81,6 +93,27 @@ def parse_group(obj: Any, field: str) -> Group:
             raise QueryError(f"{field}.{key}", f"missing: a {kind} group needs a {key}")
         params[key] = _int(obj[key], f"{field}.{key}", 1)
     convention = parse_window_convention(obj, field, kind)
+    drafter = parse_drafter(obj, field, kind)
+    lookahead = parse_lookahead(obj, field, drafter)
+    return Group(
+        kind,
+        block_size,
+        drafter=drafter,
+        lookahead=lookahead,
+        window_convention=convention,
+        **params,
+    )
+
+
+def parse_drafter(obj: dict[str, Any], field: str, kind: Kind) -> Drafter | None:
+    """A group's drafter: ``drafter`` (drop, none or lookahead), or ``eagle: true``,
+    which means ``drafter: drop``; None when the group has none.
+
+    >>> parse_group({"kind": "mamba", "block_size": 2, "drafter": "drop"}, "g")
+    Traceback (most recent call last):
+    ...
+    kvhit.model.protocol.QueryError: g.drafter: a mamba group cannot carry a drop drafter (only none, lookahead)
+    """
     eagle = obj.get("eagle", False)
     if not isinstance(eagle, bool):
         raise QueryError(f"{field}.eagle", f"must be true or false, got {json.dumps(eagle)}")
@@ -88,7 +121,34 @@ def parse_group(obj: Any, field: str) -> Group:
         raise QueryError(
             f"{field}.eagle", f"only {' and '.join(EAGLE_KINDS)} groups can be eagle, not {kind}"
         )
-    return Group(kind, block_size, eagle=eagle, window_convention=convention, **params)
+    named = obj.get("drafter")
+    if named is None:
+        return Drafter.DROP if eagle else None
+    if named not in tuple(Drafter):
+        raise QueryError(
+            f"{field}.drafter",
+            f"expected one of {', '.join(Drafter)}, got {json.dumps(named)}",
+        )
+    drafter = Drafter(named)
+    if eagle and drafter != Drafter.DROP:
+        raise QueryError(f"{field}.eagle", f"true means drafter drop, but drafter is {drafter}")
+    if drafter not in DRAFTERS[kind]:
+        allowed = ", ".join(DRAFTERS[kind])
+        raise QueryError(
+            f"{field}.drafter", f"a {kind} group cannot carry a {drafter} drafter (only {allowed})"
+        )
+    return drafter
+
+
+def parse_lookahead(obj: dict[str, Any], field: str, drafter: Drafter | None) -> int:
+    """La, the tokens past its block a lookahead drafter's key covers (0 otherwise)."""
+    if drafter != Drafter.LOOKAHEAD:
+        if "lookahead" in obj:
+            raise QueryError(f"{field}.lookahead", "only a lookahead drafter has one")
+        return 0
+    if "lookahead" not in obj:
+        raise QueryError(f"{field}.lookahead", "missing: a lookahead drafter needs La")
+    return _int(obj["lookahead"], f"{field}.lookahead", 0)
 
 
 def parse_window_convention(obj: dict[str, Any], field: str, kind: Kind) -> WindowConvention:
@@ -114,8 +174,9 @@ def parse_window_convention(obj: dict[str, Any], field: str, kind: Kind) -> Wind
     return WindowConvention(convention)
 
 
-def parse_row(row: Any, field: str) -> tuple[bool, ...]:
-    """A cached row from a list of booleans, a list of 0/1, or a string of '1'/'0'."""
+def parse_row(row: Any, field: str, g: Group, hash_unit: int | None) -> tuple[bool | Upto, ...]:
+    """A cached row from a list of booleans, a list of 0/1, or a string of '1'/'0'; with
+    a hash unit, a list entry may also be a partial block, ``{"upto": p}``."""
     if isinstance(row, str):
         bad = next((ch for ch in row if ch not in "01"), None)
         if bad is not None:
@@ -125,15 +186,42 @@ def parse_row(row: Any, field: str) -> tuple[bool, ...]:
         raise QueryError(
             field, f"must be a list of booleans, 0/1, or a '1'/'0' string, got {type(row).__name__}"
         )
-    out = []
+    out: list[bool | Upto] = []
     for j, bit in enumerate(row):
         if isinstance(bit, bool):
             out.append(bit)
         elif isinstance(bit, int) and bit in (0, 1):
             out.append(bit == 1)
+        elif isinstance(bit, dict):
+            out.append(parse_partial(bit, f"{field}[{j}]", j, g, hash_unit))
         else:
-            raise QueryError(f"{field}[{j}]", f"must be true/false or 0/1, got {json.dumps(bit)}")
+            raise QueryError(
+                f"{field}[{j}]", f'must be true/false, 0/1 or {{"upto": p}}, got {json.dumps(bit)}'
+            )
     return tuple(out)
+
+
+def parse_partial(obj: dict[str, Any], field: str, j: int, g: Group, hash_unit: int | None) -> Upto:
+    """A partially filled block j: ``{"upto": p}``, a fine boundary inside it.
+
+    >>> parse_partial({"upto": 5}, "cached[0][1]", 1, Group("full", 4), 2)
+    Traceback (most recent call last):
+    ...
+    kvhit.model.protocol.QueryError: cached[0][1].upto: 5 is not a multiple of hash_unit (2)
+    """
+    obj = _object(obj, field, {"upto"})
+    if hash_unit is None:
+        raise QueryError(field, "a partial block needs the query's hash_unit")
+    end = _int(obj.get("upto"), f"{field}.upto", 1)
+    if end % hash_unit:
+        raise QueryError(f"{field}.upto", f"{end} is not a multiple of hash_unit ({hash_unit})")
+    start, stop = j * g.block_size, (j + 1) * g.block_size
+    if not start < end < stop:
+        raise QueryError(
+            f"{field}.upto",
+            f"{end} is not a fine boundary inside block {j} (tokens {start} … {stop - 1})",
+        )
+    return Upto(end)
 
 
 def parse_query(obj: Any) -> Query:
@@ -151,21 +239,52 @@ def parse_query(obj: Any) -> Query:
         raise QueryError(
             "cached", f"must be a list with one row per group ({len(groups)}), got {shown}"
         )
-    rows = tuple(parse_row(r, f"cached[{i}]") for i, r in enumerate(cached))
+    hash_unit = parse_hash_unit(obj, groups)
+    rows = tuple(
+        parse_row(r, f"cached[{i}]", g, hash_unit) for i, (g, r) in enumerate(zip(groups, cached))
+    )
     max_length = _int(obj["max_length"], "max_length", 0)
     num_tokens = _int(obj.get("num_tokens", max_length + 1), "num_tokens", 1)
     if num_tokens <= max_length:
         raise QueryError(
             "num_tokens", f"must be greater than max_length ({max_length}), got {num_tokens}"
         )
-    alignment = _int(obj.get("alignment", default_alignment(groups)), "alignment", 1)
+    return Query(
+        groups, rows, max_length, num_tokens, parse_alignment(obj, groups, hash_unit), hash_unit
+    )
+
+
+def parse_hash_unit(obj: dict[str, Any], groups: tuple[Group, ...]) -> int | None:
+    """The query's hash unit h, which divides every block size (None: not given)."""
+    if "hash_unit" not in obj:
+        return None
+    unit = _int(obj["hash_unit"], "hash_unit", 1)
+    for i, g in enumerate(groups):
+        if g.block_size % unit:
+            raise QueryError(
+                "hash_unit", f"{unit} does not divide groups[{i}].block_size ({g.block_size})"
+            )
+    return unit
+
+
+def parse_alignment(obj: dict[str, Any], groups: tuple[Group, ...], hash_unit: int | None) -> int:
+    """A, which every hit is a multiple of: a multiple of the hash unit when there is
+    one (default: the hash unit), else of every block size (default: their lcm)."""
+    default = hash_unit if hash_unit is not None else default_alignment(groups)
+    alignment = _int(obj.get("alignment", default), "alignment", 1)
+    if hash_unit is not None:
+        if alignment % hash_unit:
+            raise QueryError(
+                "alignment", f"{alignment} is not a multiple of hash_unit ({hash_unit})"
+            )
+        return alignment
     for i, g in enumerate(groups):
         if alignment % g.block_size:
             raise QueryError(
                 "alignment",
                 f"{alignment} is not a multiple of groups[{i}].block_size ({g.block_size})",
             )
-    return Query(groups, rows, max_length, num_tokens, alignment)
+    return alignment
 
 
 def decode_json(text: str, where: str) -> Any:

@@ -11,8 +11,16 @@ cached. The needed blocks are always one contiguous run, ``[lo, hi)``:
     chunked_local c   floor(s/b) … n-1,    s = floor(L/c)·c
     mamba             n-1                  (the state at the boundary L)
 
-An eagle group also needs its next block n (matched by hash, then dropped so the
-drafter recomputes it), and the request must hold that whole block: L + b ≤ T.
+A group may carry a speculative drafter (:class:`Drafter`): ``drop`` (an eagle group)
+also needs its next block n (matched by hash, then dropped so the drafter recomputes
+it), and the request must hold that whole block: L + b ≤ T; ``lookahead`` needs its
+key at L to exist, L + La ≤ T; ``none`` needs nothing more.
+
+With a hash unit h (a query's ``hash_unit``, dividing every block size), hits are
+multiples of the alignment, which may be smaller than a block, and a cached block may
+be *partial*, holding its tokens only up to a fine boundary (:class:`Upto`). Such a
+query means what its :func:`fine_query` means: every group at block size h, one bit
+per unit of h tokens (for Mamba, per state), so every rule above applies unchanged.
 
 A window is read by its group's *window convention*: ``inclusive`` (vLLM's, the
 default: a window of w tokens includes the token itself, so it reaches t = w-1 tokens
@@ -52,8 +60,35 @@ class Kind(StrEnum):
 
 
 KINDS = tuple(Kind)
-EAGLE_KINDS = (Kind.FULL, Kind.SLIDING_WINDOW)
-"""The kinds a group with a drafter (an eagle group) can have."""
+
+
+class Drafter(StrEnum):
+    """What a group's speculative drafter needs of a hit (docs/design.md §1.3).
+
+    ``drop`` (EAGLE/MTP with the eagle drop): match one more unit (a block, or a hash
+    unit) and drop it, so the drafter recomputes the token whose KV depends on the
+    next one. ``none``: a drafter whose KV needs nothing more (vLLM's DFlash, DSpark).
+    ``lookahead``: keys cover the next La tokens too, so a key exists only for hits
+    of at most T − La and nothing is dropped.
+    """
+
+    DROP = "drop"
+    NONE = "none"
+    LOOKAHEAD = "lookahead"
+
+
+DRAFTERS: dict[Kind, tuple[Drafter, ...]] = {
+    Kind.FULL: tuple(Drafter),
+    Kind.SLIDING_WINDOW: tuple(Drafter),
+    Kind.CHUNKED_LOCAL: (Drafter.NONE, Drafter.LOOKAHEAD),
+    Kind.MAMBA: (Drafter.NONE, Drafter.LOOKAHEAD),
+}
+"""The drafter behaviours each kind can carry: a drop needs the next block's KV
+matched and recomputed, which only attention over whole blocks (full, sliding
+window) does; no engine drafts with Mamba or chunked layers."""
+
+EAGLE_KINDS = tuple(k for k in KINDS if Drafter.DROP in DRAFTERS[k])
+"""The kinds an eagle group (a ``drop`` drafter) can have."""
 
 PARAMETERS: dict[Kind, str | None] = {
     Kind.FULL: None,
@@ -91,17 +126,26 @@ class Group:
     block_size: Any
     window: Any = None
     chunk: Any = None
-    eagle: bool = False
+    drafter: Drafter | None = None
+    lookahead: Any = field(default=0, repr=False)
     window_convention: WindowConvention = field(default=WindowConvention.INCLUSIVE, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", Kind(self.kind))
+        if self.drafter is not None:
+            object.__setattr__(self, "drafter", Drafter(self.drafter))
         object.__setattr__(self, "window_convention", WindowConvention(self.window_convention))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        lookahead = f", lookahead={self.lookahead!r}" if self.drafter == Drafter.LOOKAHEAD else ""
         convention = f", window_convention={self.window_convention!r}" if self.exclusive else ""
-        return f"Group({shown}{convention})"
+        return f"Group({shown}{lookahead}{convention})"
+
+    @property
+    def eagle(self) -> bool:
+        """Whether the group's drafter drops one unit (an eagle group)."""
+        return self.drafter == Drafter.DROP
 
     @property
     def exclusive(self) -> bool:
@@ -113,8 +157,17 @@ class Group:
         parameter = PARAMETERS[self.kind]
         shown = f" {parameter[0]}={getattr(self, parameter)}" if parameter else ""
         convention = " exclusive" if self.exclusive else ""
-        eagle = " eagle" if self.eagle else ""
-        return f"{self.kind}{shown}{convention} b={self.block_size}{eagle}"
+        return f"{self.kind}{shown}{convention} b={self.block_size}{self.drafter_label()}"
+
+    def drafter_label(self) -> str:
+        """`` eagle``, `` drafter=none`` or `` lookahead=La`` (empty: no drafter)."""
+        if self.drafter is None:
+            return ""
+        if self.drafter == Drafter.DROP:
+            return " eagle"
+        if self.drafter == Drafter.LOOKAHEAD:
+            return f" lookahead={self.lookahead}"
+        return f" drafter={self.drafter}"
 
     def to_json(self) -> dict[str, Any]:
         """The group as a normalized protocol object."""
@@ -125,6 +178,10 @@ class Group:
         if self.kind == Kind.SLIDING_WINDOW and self.exclusive:
             out["window_convention"] = self.window_convention
         out["eagle"] = self.eagle
+        if self.drafter is not None:
+            out["drafter"] = self.drafter
+        if self.drafter == Drafter.LOOKAHEAD:
+            out["lookahead"] = self.lookahead
         return out
 
 
@@ -132,18 +189,35 @@ def group_of(
     kind: Kind,
     block_size: Any,
     span: Any = None,
-    eagle: bool = False,
+    drafter: Drafter | None = None,
     window_convention: WindowConvention = WindowConvention.INCLUSIVE,
 ) -> Group:
     """A group of ``kind`` whose parameter (:data:`PARAMETERS`: its window or chunk,
     if it reads one) is ``span``; ``span`` is dropped for a kind that reads none.
 
     >>> group_of(Kind.CHUNKED_LOCAL, 2, 6), group_of(Kind.FULL, 2, 6)
-    (Group(kind=<Kind.CHUNKED_LOCAL: 'chunked_local'>, block_size=2, window=None, chunk=6, eagle=False), Group(kind=<Kind.FULL: 'full'>, block_size=2, window=None, chunk=None, eagle=False))
+    (Group(kind=<Kind.CHUNKED_LOCAL: 'chunked_local'>, block_size=2, window=None, chunk=6, drafter=None), Group(kind=<Kind.FULL: 'full'>, block_size=2, window=None, chunk=None, drafter=None))
     """
     parameter = PARAMETERS[kind]
     params = {parameter: span} if parameter is not None else {}
-    return Group(kind, block_size, eagle=eagle, window_convention=window_convention, **params)
+    return Group(kind, block_size, drafter=drafter, window_convention=window_convention, **params)
+
+
+@dataclass(frozen=True)
+class Upto:
+    """A partially filled cached block: it holds its tokens up to ``end``, a fine
+    boundary inside the block (for a Mamba group: the state at ``end``). Only a query
+    with a hash unit has one; it is not a bit, so code that reads rows as bits must
+    read the :func:`fine_query` (asking for its truth is a TypeError)."""
+
+    end: int
+
+    def __bool__(self) -> bool:
+        raise TypeError("a partial block is not a bit: read the query's fine_query")
+
+    def to_json(self) -> dict[str, int]:
+        """The protocol form, ``{"upto": end}``."""
+        return {"upto": self.end}
 
 
 @dataclass(frozen=True)
@@ -160,6 +234,7 @@ class Query:
     max_length: int
     num_tokens: int
     alignment: int
+    hash_unit: int | None = None
 
     @property
     def top(self) -> int:
@@ -172,13 +247,77 @@ class Query:
 
     def to_json(self) -> dict[str, Any]:
         """The query as a normalized protocol object (what targets receive)."""
-        return {
+        out = {
             "groups": [g.to_json() for g in self.groups],
-            "cached": [list(row) for row in self.cached],
+            "cached": [[shown_entry(e) for e in row] for row in self.cached],
             "max_length": self.max_length,
             "num_tokens": self.num_tokens,
             "alignment": self.alignment,
         }
+        if self.hash_unit is not None:
+            out["hash_unit"] = self.hash_unit
+        return out
+
+
+def shown_entry(entry: Any) -> Any:
+    """A row entry in protocol form: itself, or ``{"upto": end}`` for a partial block."""
+    return entry.to_json() if isinstance(entry, Upto) else entry
+
+
+def fine_row(g: Group, row: Any, unit: int) -> tuple[bool, ...]:
+    """Group g's row at hash-unit granularity: one bit per ``unit`` tokens.
+
+    For attention, bit i says the tokens [i·h, (i+1)·h) are held: a cached block
+    sets all its units, a partial one those before its end. For Mamba, bit i says the
+    state at (i+1)·h is held: a cached block's state is at its end, a partial one's
+    at its fine boundary.
+
+    >>> fine_row(Group("full", 4), (True, Upto(6)), 2), fine_row(Group("mamba", 4), (True, Upto(6)), 2)
+    ((True, True, True, False), (False, True, True, False))
+    """
+    per = g.block_size // unit
+    out: list[bool] = []
+    for j, entry in enumerate(row):
+        if isinstance(entry, Upto):
+            held = (entry.end - j * g.block_size) // unit
+        else:
+            held = per if PY.bit(row, j) else 0
+        if g.kind == Kind.MAMBA:
+            out += [i == held - 1 for i in range(per)]
+        else:
+            out += [i < held for i in range(per)]
+    return tuple(out)
+
+
+def fine_query(q: Query) -> Query:
+    """The query at hash-unit granularity (itself when it has no hash unit): every
+    group at block size h with its :func:`fine_row`, every other field the same. A
+    hit is valid for the query iff it is valid for this one (docs/design.md §1.6).
+
+    >>> q = Query((Group("full", 4),), ((True, Upto(6)),), 7, 8, 2, hash_unit=2)
+    >>> fine_query(q).cached, longest_hit(q)
+    (((True, True, True, False),), Answer(length=6, blocks=((0, 1),)))
+    """
+    if q.hash_unit is None:
+        return q
+    h = q.hash_unit
+    return replace(
+        q,
+        groups=tuple(replace(g, block_size=h) for g in q.groups),
+        cached=tuple(fine_row(g, row, h) for g, row in zip(q.groups, q.cached)),
+        hash_unit=None,
+    )
+
+
+def coarse_answer(q: Query, fine: Answer) -> Answer:
+    """An answer of :func:`fine_query` in q's own blocks: each unit's block."""
+    if q.hash_unit is None:
+        return fine
+    blocks = tuple(
+        tuple(sorted({i * q.hash_unit // g.block_size for i in units}))
+        for g, units in zip(q.groups, fine.blocks)
+    )
+    return Answer(fine.length, blocks)
 
 
 def top_length(q: Query, ops: Ops = PY) -> Any:
@@ -276,20 +415,28 @@ def needed_range(g: Group, length: int) -> tuple[int, int]:
 
 def touched_blocks(q: Query, g: Group) -> int:
     """How many blocks of group g a hit of at most M can need: those up to the longest
-    candidate, and for an eagle group the next one."""
-    return q.top // g.block_size + int(g.eagle)
+    candidate (the last perhaps in part), and for an eagle group the next one."""
+    return -(-q.top // g.block_size) + int(g.eagle)
 
 
-def holds_next_block(g: Group, length: Any, num_tokens: Any) -> Any:
-    """Whether the request holds the whole block after a hit of ``length`` (tokens
-    L … L+b-1): the block an eagle group matches and then drops."""
-    return length + g.block_size <= num_tokens
+def key_reach(g: Group) -> Any:
+    """How many tokens past a hit the group's key must cover: an eagle group's next
+    block (b), a lookahead drafter's La, else none."""
+    if g.eagle:
+        return g.block_size
+    return g.lookahead if g.drafter == Drafter.LOOKAHEAD else 0
+
+
+def holds_key(g: Group, length: Any, num_tokens: Any) -> Any:
+    """Whether the request holds the tokens g's key at ``length`` covers (tokens
+    L … L + :func:`key_reach` - 1): an eagle group's dropped block, a lookahead key."""
+    return length + key_reach(g) <= num_tokens
 
 
 def past_request(g: Group, length: int, num_tokens: int) -> bool:
-    """Whether an eagle group's dropped block lies past the request, so it cannot
-    serve the hit of ``length`` > 0 whatever is cached."""
-    return g.eagle and length > 0 and not holds_next_block(g, length, num_tokens)
+    """Whether g's key at ``length`` > 0 reaches past the request (an eagle group's
+    dropped block, a lookahead key), so it cannot serve that hit whatever is cached."""
+    return length > 0 and not holds_key(g, length, num_tokens)
 
 
 def needed_blocks(g: Group, length: int) -> list[int]:
@@ -301,16 +448,16 @@ def needed_blocks(g: Group, length: int) -> list[int]:
 def valid(g: Group, row: Any, length: Any, num_tokens: Any, ops: Ops = PY) -> Any:
     """valid_g(L): group g can serve a hit of ``length`` tokens from cache."""
     lo, hi = reused_range(g, length, ops)
-    if g.eagle:
-        served = ops.and_(ops.all_cached(row, lo, hi + 1), holds_next_block(g, length, num_tokens))
-    else:
-        served = ops.all_cached(row, lo, hi)
+    served = ops.all_cached(row, lo, hi + 1 if g.eagle else hi)
+    if g.drafter in (Drafter.DROP, Drafter.LOOKAHEAD):
+        served = ops.and_(served, holds_key(g, length, num_tokens))
     return ops.or_(length == 0, served)
 
 
 def valid_all(q: Query, length: int) -> bool:
     """Whether every group can serve a hit of ``length`` tokens."""
-    return all(valid(g, row, length, q.num_tokens) for g, row in zip(q.groups, q.cached))
+    fine = fine_query(q)
+    return all(valid(g, row, length, q.num_tokens) for g, row in zip(fine.groups, fine.cached))
 
 
 @dataclass(frozen=True)
@@ -327,7 +474,10 @@ class Answer:
 
 def answer_at(q: Query, length: int) -> Answer:
     """The answer a correct engine gives when it settles on ``length``."""
-    return Answer(length, tuple(tuple(reused_blocks(g, length)) for g in q.groups))
+    fine = fine_query(q)
+    return coarse_answer(
+        q, Answer(length, tuple(tuple(reused_blocks(g, length)) for g in fine.groups))
+    )
 
 
 def last_cached(row: Any) -> int:
@@ -344,7 +494,7 @@ def reach(g: Group, row: Any) -> int | None:
     valid. A window of one token needs no block, and a chunked local group needs none
     at multiples of its chunk: those have no reach.
 
-    >>> reach(Group("full", 2), (True, True, False)), reach(Group("full", 2, eagle=True), "11")
+    >>> reach(Group("full", 2), (True, True, False)), reach(Group("full", 2, drafter="drop"), "11")
     (4, 2)
     >>> reach(Group("chunked_local", 1, chunk=4), "1") is None
     True
@@ -378,6 +528,7 @@ def reduced(q: Query) -> tuple[Query, int]:
     >>> small.max_length, shift, longest_hit(q).length == longest_hit(small).length + shift
     (10, 999999999990, True)
     """
+    assert q.hash_unit is None, "reduce the fine_query"
     reaches = [r for r in map(reach, q.groups, q.cached) if r is not None]
     if reaches:
         return replace(q, max_length=min(q.max_length, *reaches)), 0
@@ -391,11 +542,9 @@ def reduced(q: Query) -> tuple[Query, int]:
 def longest_hit(q: Query) -> Answer:
     """L*, the longest valid hit, found by trying every candidate (the spec itself) of
     the :func:`reduced` query."""
-    small, shift = reduced(q)
+    small, shift = reduced(fine_query(q))
     best = next(L for L in small.candidates() if valid_all(small, L))
-    return (
-        answer_at(small, best) if not shift else Answer(best + shift, answer_at(small, best).blocks)
-    )
+    return coarse_answer(q, Answer(best + shift, answer_at(small, best).blocks))
 
 
 @dataclass(frozen=True)
@@ -431,9 +580,11 @@ def missing_runs(row: Any, lo: int, hi: int) -> tuple[range, ...]:
 
 
 def misses(q: Query, length: int) -> list[Miss]:
-    """For each group that cannot serve ``length``, why not (empty when valid)."""
+    """For each group that cannot serve ``length``, why not (empty when valid); with a
+    hash unit, the missing runs are in units of it (:func:`fine_query`)."""
     out = []
-    for i, (g, row) in enumerate(zip(q.groups, q.cached)):
+    fine = fine_query(q)
+    for i, (g, row) in enumerate(zip(fine.groups, fine.cached)):
         if valid(g, row, length, q.num_tokens):
             continue
         missing = missing_runs(row, *needed_range(g, length)) if length else ()

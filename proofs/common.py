@@ -22,7 +22,7 @@ import z3
 
 from kvhit.model.algorithms import longest_of
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import EAGLE_KINDS, PARAMETERS, Group, Kind, Query, group_of
+from kvhit.model.spec import EAGLE_KINDS, PARAMETERS, Drafter, Group, Kind, Query, group_of
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
 FinderKind = tuple[Kind, bool]
@@ -143,7 +143,7 @@ def sym_query(
         span = z3.Int(f"{name}_{parameter[0]}{i}") if parameter is not None else None
         if span is not None:
             pre += [span >= 1, span <= limit]
-        groups.append(group_of(Kind(kind), b, span, eagle=eagle))
+        groups.append(group_of(Kind(kind), b, span, Drafter.DROP if eagle else None))
         count = max_top // b + (1 if eagle else 0)
         rows.append(SymRow.fresh(f"{name}_row{i}", count))
         blocks.append(count)

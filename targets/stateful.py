@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvhit.model.protocol import QueryError, decode_json, parse_group, parse_row
-from kvhit.model.spec import Group, default_alignment
+from kvhit.model.spec import Group, Upto, default_alignment
 from kvhit.targets.wire import BadReturn, shown
 
 PROGRAM_FORMAT = "kvhit-stateful/1"
@@ -200,15 +200,20 @@ def decode_admitted(value: Any, num_groups: int) -> Admitted | None:
     )
 
 
-def decode_snapshot(value: Any, num_groups: int) -> tuple[tuple[bool, ...], ...]:
-    """A ``snapshot`` answer's rows; :class:`BadReturn` if malformed."""
+def decode_snapshot(
+    value: Any, groups: tuple[Group, ...], hash_unit: int | None = None
+) -> tuple[tuple[bool | Upto, ...], ...]:
+    """A ``snapshot`` answer's rows, read as a query's rows are (with the hash unit,
+    partial blocks too); :class:`BadReturn` if malformed."""
     rows = value.get("cached") if isinstance(value, dict) else value
-    if not isinstance(rows, list) or len(rows) != num_groups:
+    if not isinstance(rows, list) or len(rows) != len(groups):
         raise BadReturn(
             f"snapshot must answer {{'cached': [one row per group]}}, got {shown(value)}"
         )
     try:
-        return tuple(parse_row(r, f"cached[{i}]") for i, r in enumerate(rows))
+        return tuple(
+            parse_row(r, f"cached[{i}]", g, hash_unit) for i, (g, r) in enumerate(zip(groups, rows))
+        )
     except QueryError as err:
         raise BadReturn(f"snapshot: {err}") from None
 

@@ -4,6 +4,8 @@ a group (its spec) reads the window as vLLM counts it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import find
 
 from kvhit.engines.vllm.divergences import eagle_windows, same_spec, window_one
@@ -54,7 +56,7 @@ def test_the_exhaustive_scopes_and_the_corpus_hold_exclusive_windows() -> None:
 
 def inclusive_reading(q: Query) -> int:
     """L* with every window read as inclusive (the convention dropped)."""
-    groups = tuple(Group(g.kind, g.block_size, g.window, g.chunk, g.eagle) for g in q.groups)
+    groups = tuple(replace(g, window_convention="inclusive") for g in q.groups)
     return longest_hit(Query(groups, q.cached, q.max_length, q.num_tokens, q.alignment)).length
 
 
@@ -90,7 +92,13 @@ def test_the_shrinker_keeps_an_exclusive_window_unless_the_failure_survives_incl
 
 
 def sw(window: int, convention: str = "inclusive", eagle: bool = False) -> Group:
-    return Group("sliding_window", 1, window=window, eagle=eagle, window_convention=convention)
+    return Group(
+        "sliding_window",
+        1,
+        window=window,
+        drafter="drop" if eagle else None,
+        window_convention=convention,
+    )
 
 
 def test_vllm_sees_an_exclusive_window_as_the_inclusive_one_a_token_longer() -> None:

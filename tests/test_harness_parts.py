@@ -117,7 +117,7 @@ def test_exhaustive_reference_is_the_spec() -> None:
 
 def test_exhaustive_counts_states_and_batches() -> None:
     scope = exhaustive.Scope.of(
-        (Group("full", 1), Group("mamba", 1), Group("full", 1, eagle=True)), 4
+        (Group("full", 1), Group("mamba", 1), Group("full", 1, drafter="drop")), 4
     )
     assert scope.blocks() == [4, 4, 5] and scope.states == 2**13
     codes = torch.arange(scope.states)

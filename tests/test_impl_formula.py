@@ -10,7 +10,7 @@ import torch
 import z3
 
 from kvhit.impl.formula import prefix_sums, valid_lengths
-from kvhit.model.spec import Group, valid
+from kvhit.model.spec import Drafter, Group, valid
 from kvhit.proofs.theorems import lookup
 from kvhit.proofs.theorems.impl_formula import THEOREMS, build
 
@@ -43,11 +43,11 @@ def small_groups() -> list[Group]:
     """Every kind and eagle flag with small parameters, block sizes 1 and 2."""
     out = []
     for b in (1, 2):
-        out += [Group("full", b), Group("full", b, eagle=True), Group("mamba", b)]
+        out += [Group("full", b), Group("full", b, drafter="drop"), Group("mamba", b)]
         out += [
-            Group("sliding_window", b, window=w, eagle=e)
+            Group("sliding_window", b, window=w, drafter=e)
             for w in (1, 2, 3, 5)
-            for e in (False, True)
+            for e in (None, Drafter.DROP)
         ]
         out += [Group("chunked_local", b, chunk=c) for c in (1, 2, 3, 5)]
     return out

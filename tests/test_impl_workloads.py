@@ -73,7 +73,7 @@ def random_workload(rng: random.Random, requests: int = 6) -> Workload:
 
 def base(g: Group) -> Group:
     """The rule the model's layer for g follows (an eagle drafter's layer is its base kind)."""
-    return replace(g, eagle=False)
+    return replace(g, drafter=None)
 
 
 def check_every_candidate(engine: Engine, prompt: list[int], scratch: torch.Tensor) -> int:

@@ -72,8 +72,8 @@ NEEDED = [
     (Group("chunked_local", 4, chunk=6), 8, [1], [1]),
     (Group("mamba", 4), 12, [2], [2]),
     # eagle: the next block is needed too (matched, then dropped)
-    (Group("full", 4, eagle=True), 8, [0, 1], [0, 1, 2]),
-    (Group("sliding_window", 4, window=5, eagle=True), 8, [1], [1, 2]),
+    (Group("full", 4, drafter="drop"), 8, [0, 1], [0, 1, 2]),
+    (Group("sliding_window", 4, window=5, drafter="drop"), 8, [1], [1, 2]),
 ]
 
 

@@ -14,7 +14,7 @@ from test_impl_workloads import Workload, serve_and_check
 from kvhit.impl.target import impl_target
 from kvhit.model.finders import find
 from kvhit.model.protocol import QueryError, parse_query
-from kvhit.model.spec import Group, Query, longest_hit, window_span
+from kvhit.model.spec import Drafter, Group, Query, longest_hit, window_span
 from kvhit.reference import fixed_point_answer
 
 EXCLUSIVE = "exclusive"
@@ -34,7 +34,13 @@ def rows(n: int) -> list[tuple[bool, ...]]:
 def test_every_finder_reads_exclusive_w_as_inclusive_w_plus_one(b: int, eagle: bool) -> None:
     checked = 0
     for w in range(1, 3 * b + 2):
-        g = Group("sliding_window", b, window=w, eagle=eagle, window_convention=EXCLUSIVE)
+        g = Group(
+            "sliding_window",
+            b,
+            window=w,
+            drafter=Drafter.DROP if eagle else None,
+            window_convention=EXCLUSIVE,
+        )
         assert window_span(g) == window_span(as_inclusive(g)) == -(-w // b)
         for row in rows(5):
             for m in range(0, 5 * b + 1):

@@ -20,7 +20,7 @@ from kvhit.engines.vllm.target import (
 )
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import EAGLE_KINDS, Kind, group_of, longest_hit
+from kvhit.model.spec import EAGLE_KINDS, Drafter, Kind, group_of, longest_hit
 from kvhit.targets import registry as targets
 from kvhit.targets.runner import CallableRunner
 
@@ -169,5 +169,5 @@ def test_every_kind_has_its_vllm_spec():
     a drafter's spec is flagged where the release has the flag."""
     assert list(vllm_adapter.SPECS) == list(Kind)
     for kind in EAGLE_KINDS:
-        spec = group_spec(group_of(kind, 2, 3, eagle=True))
+        spec = group_spec(group_of(kind, 2, 3, Drafter.DROP))
         assert getattr(spec, "is_draft", True) is True

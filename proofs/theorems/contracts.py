@@ -59,6 +59,7 @@ from kvhit.model.protocol import parse_query
 from kvhit.model.spec import (
     PARAMETERS,
     WINDOW_CONVENTIONS,
+    Drafter,
     Group,
     Kind,
     WindowConvention,
@@ -117,7 +118,9 @@ class ContractFinder:
     def group(self, block_size: Any, span: Any) -> Group:
         """The group this finder runs for, its window or chunk (if its kind reads
         one) ``span``."""
-        return group_of(self.kind, block_size, span, self.eagle, self.convention)
+        return group_of(
+            self.kind, block_size, span, Drafter.DROP if self.eagle else None, self.convention
+        )
 
 
 def conventions(kind: Kind) -> tuple[WindowConvention, ...]:

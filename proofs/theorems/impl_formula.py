@@ -24,7 +24,7 @@ import torch
 import z3
 
 from kvhit.impl.formula import prefix_sums, stage, valid_lengths
-from kvhit.model.spec import Kind, Query, group_of, valid
+from kvhit.model.spec import Drafter, Kind, Query, group_of, valid
 from kvhit.proofs.common import FINDERS
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
@@ -53,7 +53,7 @@ def goal_for(kind: Kind, eagle: bool, b: int, bound: int) -> Goal:
     """The negated claim for one kind, eagle flag and block size."""
     span = z3.Int("span")  # the window or chunk, if the kind reads one
     length, num_tokens = z3.Int("L"), z3.Int("T")
-    g = group_of(kind, b, span, eagle)
+    g = group_of(kind, b, span, Drafter.DROP if eagle else None)
     ops = Z3Ops(bound)
     # A row of N blocks with free bits covers every shorter row (trailing misses).
     row = SymRow.fresh("cached", bound)
@@ -72,7 +72,7 @@ def goal_for(kind: Kind, eagle: bool, b: int, bound: int) -> Goal:
         def value(term: Any) -> int:
             return model.eval(term, model_completion=True).as_long()
 
-        concrete = group_of(kind, b, value(span), eagle)
+        concrete = group_of(kind, b, value(span), Drafter.DROP if eagle else None)
         bits = row.values(model, bound)
         at, total = value(length), value(num_tokens)
         spec = valid(concrete, bits, at, total)

@@ -38,7 +38,7 @@ import z3
 from kvhit.impl import coordinator
 from kvhit.impl.formula import Plan
 from kvhit.model.algorithms import brute_force, longest_of
-from kvhit.model.spec import Group, Kind, Query, default_alignment
+from kvhit.model.spec import Drafter, Group, Kind, Query, default_alignment
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 from kvhit.proofs.theorems.impl_formula import at_index
@@ -54,14 +54,14 @@ CONFIGS: tuple[tuple[Group, ...], ...] = (
         Group(Kind.CHUNKED_LOCAL, 1, chunk=4),
     ),
     (
-        Group(Kind.SLIDING_WINDOW, 2, window=4, eagle=True),
+        Group(Kind.SLIDING_WINDOW, 2, window=4, drafter=Drafter.DROP),
         Group(Kind.CHUNKED_LOCAL, 2, chunk=6),
-        Group(Kind.FULL, 2, eagle=True),
+        Group(Kind.FULL, 2, drafter=Drafter.DROP),
     ),
     (
         Group(Kind.FULL, 1),
         Group(Kind.MAMBA, 2),
-        Group(Kind.SLIDING_WINDOW, 2, window=3, eagle=True),
+        Group(Kind.SLIDING_WINDOW, 2, window=3, drafter=Drafter.DROP),
     ),
 )
 """Three groups each: every kind, both eagle kinds, equal and mixed block sizes."""
