@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from kvhit.model import QueryError, load_queries, parse_query
+from kvhit.model.spec import Upto, fine_query, longest_hit, valid_all
 
 GOOD = {
     "groups": [
@@ -73,7 +74,34 @@ BAD = [
     ("cached[0]", with_changes(cached__0=7)),
     ("cached[2][1]", with_changes(cached__2__1=2)),
     ("max_len", with_changes(max_len=3)),
+    ("groups[3].drafter", with_changes(groups__3__drafter="drop")),
+    ("groups[2].drafter", with_changes(groups__2__drafter="drop")),
+    ("groups[0].drafter", with_changes(groups__0__drafter="medusa")),
+    ("groups[1].eagle", with_changes(groups__1__drafter="none")),
+    ("groups[0].lookahead", with_changes(groups__0__drafter="lookahead")),
+    ("groups[0].lookahead", with_changes(groups__0__drafter="lookahead", groups__0__lookahead=-1)),
+    ("groups[0].lookahead", with_changes(groups__0__lookahead=2)),
+    ("hash_unit", with_changes(hash_unit=3)),
+    ("hash_unit", with_changes(hash_unit=0)),
+    ("alignment", with_changes(hash_unit=2, alignment=3)),
+    ("cached[0][1]", with_changes(cached__0__1={"upto": 3})),
+    ("cached[0][1].upto", with_changes(hash_unit=1, cached__0__1={"upto": 4})),
+    ("cached[0][1].upto", with_changes(hash_unit=1, cached__0__1={"upto": 2})),
+    ("cached[0][1].upto", with_changes(hash_unit=2, cached__0__1={"upto": 3})),
+    ("cached[0][1].till", with_changes(hash_unit=1, cached__0__1={"till": 3})),
 ]
+
+FINE = {
+    "groups": [
+        {"kind": "full", "block_size": 4},
+        {"kind": "mamba", "block_size": 4, "drafter": "lookahead", "lookahead": 2},
+        {"kind": "sliding_window", "block_size": 4, "window": 3, "drafter": "none"},
+    ],
+    "cached": [[True, {"upto": 6}], [True, {"upto": 6}], [False, True]],
+    "max_length": 9,
+    "num_tokens": 10,
+    "hash_unit": 2,
+}
 
 
 @pytest.mark.parametrize(("field", "query"), BAD)
@@ -125,3 +153,25 @@ def test_cli_reports_missing_file_and_bad_json():
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     garbage = run_cli("check", "-", stdin="{oops")
     assert garbage.returncode == 2 and "line 1" in garbage.stderr
+
+
+def test_old_queries_mean_what_they_meant():
+    """``eagle: true`` is ``drafter: drop``; no hash unit means whole blocks, as before."""
+    q = parse_query(GOOD)
+    assert q.hash_unit is None and [g.drafter for g in q.groups] == [None, "drop", None, None]
+    assert parse_query(with_changes(groups__1__drafter="drop")) == q
+
+
+def test_a_fine_query_round_trips_and_reads_partial_blocks_per_kind():
+    q = parse_query(FINE)
+    assert q.alignment == 2 and q.cached[0][1] == Upto(6)
+    assert parse_query(q.to_json()) == q
+    fine = fine_query(q)
+    assert fine.cached[0] == (True, True, True, False)
+    assert fine.cached[1] == (False, True, True, False)
+    # L = 6: full holds tokens 0-5, mamba the state at 6, the window (t = 2) tokens 4-5;
+    # L = 8 would need the full group's tokens 6-7, which the partial block lacks.
+    assert [L for L in range(0, 10, 2) if valid_all(q, L)] == [0, 6]
+    assert longest_hit(q).length == 6
+    lookahead_too_long = parse_query({**FINE, "num_tokens": 7, "max_length": 6})
+    assert longest_hit(lookahead_too_long).length == 0
