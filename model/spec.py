@@ -527,8 +527,19 @@ def reduced(q: Query) -> tuple[Query, int]:
     >>> small, shift = reduced(q)
     >>> small.max_length, shift, longest_hit(q).length == longest_hit(small).length + shift
     (10, 999999999990, True)
+
+    A lookahead key cuts the top at T − La before the shift, so the answer (18, a
+    multiple of the chunk) is not taken from inside the rows (4 + 18 = 22):
+
+    >>> g = Group("chunked_local", 1, chunk=9, drafter="lookahead", lookahead=4)
+    >>> longest_hit(Query((g,), ((True,) * 4,), 28, 29, 1)).length
+    18
     """
     assert q.hash_unit is None, "reduce the fine_query"
+    # No hit past T minus a key's reach is valid; clamping first keeps the shift below
+    # from moving the top under the rows' end (a lookahead group has no reach).
+    keys_end = min(q.max_length, *(q.num_tokens - key_reach(g) for g in q.groups))
+    q = replace(q, max_length=max(0, keys_end))
     reaches = [r for r in map(reach, q.groups, q.cached) if r is not None]
     if reaches:
         return replace(q, max_length=min(q.max_length, *reaches)), 0
