@@ -241,9 +241,7 @@ class SglangCacheEngine:
             ids = [self.window_id(s) if s > 0 else None for s in window]
             tables[self.window_index] = ids
             first = self.first_window_block(length)
-            reused[self.window_index] = [
-                b for b in ids[first : length // page] if b is not None
-            ]
+            reused[self.window_index] = [b for b in ids[first : length // page] if b is not None]
         if self.tree.mamba_index is not None:
             states: list[int | None] = [None] * num_tokens
             if length and source is not None:
