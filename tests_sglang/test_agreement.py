@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import doctest
-from collections import Counter
-
 import itertools
+from collections import Counter
 
 import pytest
 from cases import bits, mamba_queries, query, unified_queries, window_queries
@@ -149,9 +148,7 @@ def test_a_drafter_window_beside_the_target_window_agrees() -> None:
     for full in range(0, 5):
         for row in bits(full):
             for s, d in itertools.product(range(1, 4), range(1, 5)):
-                windows = [
-                    {"kind": "sliding_window", "block_size": 1, "window": w} for w in (s, d)
-                ]
+                windows = [{"kind": "sliding_window", "block_size": 1, "window": w} for w in (s, d)]
                 groups = [{"kind": "full", "block_size": 1}] + [
                     {**g, "window_convention": "exclusive"} for g in windows
                 ]
