@@ -178,32 +178,38 @@ def sglang_partners(kinds: Sequence[str], b: int) -> list[Kind]:
 
 def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
     """A random query SGLang's radix tree can hold (:mod:`kvhit.engines.sglang.target`): a
-    full group and, nine times in ten, a sliding window or Mamba group from ``kinds``
-    (in either order); one block size b = A; a full row of F cached blocks from block
-    0 and nothing after; window or Mamba bits within those F blocks, the Mamba state
-    after block F - 1 cached; windows of at least 2 tokens (SGLang needs t >= 1).
+    full group and, from ``kinds``, perhaps a sliding window (sometimes with a second
+    one on the same row: its drafter's window) and perhaps a Mamba group, in any
+    order; one block size b = A; a full row of F cached blocks from block 0 and
+    nothing after; window and Mamba bits within those F blocks, the Mamba state after
+    block F - 1 cached; windows of at least 2 tokens (SGLang needs t >= 1).
 
     >>> rng = random.Random(0)
-    >>> all(len(q.groups) <= 2 for q in (sglang_query(rng) for _ in range(50)))
+    >>> all(len(q.groups) <= 4 for q in (sglang_query(rng) for _ in range(50)))
     True
     """
     b = rng.choice(DRAWN_BLOCK_SIZES)
     groups = [Group(Kind.FULL, b)]
-    partners = sglang_partners(kinds, b)
-    if partners and rng.random() < 0.9:
-        groups.append(random_group(rng, partners, max_blocks, b, least=2))
+    windows = 0
+    if Kind.SLIDING_WINDOW in kinds and rng.random() < 0.6:
+        windows = 2 if rng.random() < 0.2 else 1
+    for _ in range(windows):
+        groups.append(random_group(rng, [Kind.SLIDING_WINDOW], max_blocks, b, least=2))
+    if Kind.MAMBA in kinds and rng.random() < (0.5 if windows else 0.8):
+        groups.append(Group(Kind.MAMBA, b))
     max_length = max(0, min(b * rng.randint(0, max_blocks) + rng.randint(-1, 1), b * max_blocks))
     full = prefix_blocks(random_row(rng, max_length // b + 1))
-    rows = [(True,) * full]
-    if len(groups) > 1:
-        bits = (random_row(rng, full) + (False,) * full)[:full]
-        last_state = groups[1].kind == Kind.MAMBA and full > 0
-        rows.append(bits[:-1] + (True,) if last_state else bits)
-    if rng.random() < 0.5:
-        groups.reverse()
-        rows.reverse()
+    window_row = (random_row(rng, full) + (False,) * full)[:full]
+    states = (random_row(rng, full) + (False,) * full)[:full]
+    rows = [(True,) * full] + [window_row] * windows
+    if groups[-1].kind == Kind.MAMBA:
+        rows.append(states[:-1] + (True,) if full else states)
+    order = list(range(len(groups)))
+    rng.shuffle(order)
     num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, b))
-    return Query(tuple(groups), tuple(rows), max_length, num_tokens, b)
+    return Query(
+        tuple(groups[i] for i in order), tuple(rows[i] for i in order), max_length, num_tokens, b
+    )
 
 
 DRAWERS: dict[QueryShape, Callable[[random.Random, int, Sequence[str]], Query]] = {

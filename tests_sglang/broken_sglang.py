@@ -29,7 +29,7 @@ class WindowFreedBehindTheTree(SglangCacheEngine):
     def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
         answer = super().admit(request, tokens)
         req = self.requests.get(request)
-        if "length" in answer and req is not None and self.tree.window is not None:
+        if "length" in answer and req is not None and self.window_index is not None:
             allocator = self.cache.token_to_kv_pool_allocator
             row = self.cache.req_to_token_pool.req_to_token[req.kv.req_pool_idx]
             stale = len(tokens) - self.cache.sliding_window_size

@@ -49,3 +49,27 @@ def mamba_queries() -> Iterator[dict[str, Any]]:
                 continue
             for m in range(0, full + 2):
                 yield query(groups, ["1" * full, row], m)
+
+
+def unified_queries() -> Iterator[dict[str, Any]]:
+    """Full, sliding window and Mamba in one tree (b = 1 and 2): every window and
+    Mamba row of up to 3 blocks (the last state cached), windows of 1 … 2b+1 tokens
+    (exclusive), every M up to one block past the rows."""
+    for b in (1, 2):
+        for full in range(0, 4):
+            for window_row, states in itertools.product(bits(full), bits(full)):
+                if full and states[-1] == "0":
+                    continue
+                for w in range(1, 2 * b + 2):
+                    groups = [
+                        {"kind": "full", "block_size": b},
+                        {
+                            "kind": "sliding_window",
+                            "block_size": b,
+                            "window": w,
+                            "window_convention": "exclusive",
+                        },
+                        {"kind": "mamba", "block_size": b},
+                    ]
+                    for m in range(0, (full + 1) * b + 1):
+                        yield query(groups, ["1" * full, window_row, states], m)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import doctest
+import itertools
 from collections import Counter
 
 import pytest
-from cases import mamba_queries, query, window_queries
+from cases import bits, mamba_queries, query, unified_queries, window_queries
 
 import kvhit.engines.sglang.target as adapter
 from kvhit.engines.sglang.target import build, key, layout, sglang_target
@@ -107,3 +108,71 @@ def test_the_tree_holds_each_kind_it_has_a_reuse_for_and_refuses_the_others(kind
     else:
         with pytest.raises(Unsupported):
             adapter.shape(groups, 1)
+
+
+def test_full_window_and_mamba_in_one_tree_agree() -> None:
+    """SGLang's UnifiedRadixCache with all three components: every small state."""
+    agreed = hits = both = 0
+    for q in unified_queries():
+        answer = sglang_target(q)
+        assert answer == model_target(q), q
+        agreed += 1
+        hits += answer["length"] > 0
+        both += bool(answer["blocks"][1]) and bool(answer["blocks"][2])
+    assert agreed > 1500 and hits > 500 and both > 300
+
+
+@pytest.mark.parametrize("page", [2, 4])
+def test_mamba_at_page_size_above_one_agrees(page: int) -> None:
+    """With SGLang's extra buffer the Mamba component takes any page size; its states
+    sit on page ends, one bit per page."""
+    groups = [{"kind": "full", "block_size": page}, {"kind": "mamba", "block_size": page}]
+    agreed = hits = 0
+    for full in range(0, 5):
+        for row in bits(full):
+            if full and row[-1] == "0":
+                continue
+            for m in range(0, (full + 1) * page + 1):
+                q = query(groups, ["1" * full, row], m)
+                answer = sglang_target(q)
+                assert answer == model_target(q), q
+                agreed += 1
+                hits += answer["length"] > 0
+    assert agreed > 100 and hits > 50
+
+
+def test_a_drafter_window_beside_the_target_window_agrees() -> None:
+    """Two windows on one row: SGLang's sliding_window_size and draft_swa_window, whose
+    KV shares the window slots; SGLang keeps and matches the larger."""
+    agreed = differ = 0
+    for full in range(0, 5):
+        for row in bits(full):
+            for s, d in itertools.product(range(1, 4), range(1, 5)):
+                windows = [{"kind": "sliding_window", "block_size": 1, "window": w} for w in (s, d)]
+                groups = [{"kind": "full", "block_size": 1}] + [
+                    {**g, "window_convention": "exclusive"} for g in windows
+                ]
+                for m in range(0, full + 2):
+                    q = query(groups, ["1" * full, row, row], m)
+                    answer = sglang_target(q)
+                    assert answer == model_target(q), q
+                    agreed += 1
+                    alone = query(groups[:2], ["1" * full, row], m)
+                    differ += answer["length"] != model_target(alone)["length"]
+    assert agreed > 1000 and differ > 100
+
+
+def test_hash_unit_queries_are_answered_at_page_size_h() -> None:
+    """A partially filled block is SGLang at page size h holding the fine query."""
+    groups = [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}]
+    states = [
+        [[True, {"upto": 6}], [False, {"upto": 6}]],
+        [[True, {"upto": 6}], [True, {"upto": 6}]],
+        [[{"upto": 2}], [{"upto": 2}]],
+    ]
+    for rows in states:
+        for m in range(0, 9):
+            q = {"groups": groups, "cached": rows, "max_length": m, "hash_unit": 2}
+            assert sglang_target(q) == model_target(q), q
+    with pytest.raises(Unsupported, match="A must be equal"):
+        sglang_target({**q, "alignment": 4})

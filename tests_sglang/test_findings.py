@@ -45,12 +45,10 @@ def test_finding_1_sglang_window_is_exclusive_so_the_same_number_needs_one_more_
             ["11", "10"],
             "the last full block 1 needs a cached state",
         ),
-        (
-            [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}],
-            ["11", "11"],
-            "needs page size 1",
-        ),
-        ([FULL1, window(3), window(5)], ["1", "1", "1"], "at most one sliding_window or mamba"),
+        ([FULL1, window(3), window(5)], ["1", "1", "0"], "both window rows must be equal"),
+        ([FULL1, window(3), window(5), window(2)], ["1", "1", "1", "1"], "one window pool"),
+        ([FULL1, {"kind": "mamba", "block_size": 1}] * 2, ["1"] * 4, "a mamba group"),
+        ([FULL1, {**window(3), "drafter": "lookahead", "lookahead": 1}], ["1", "1"], "bigrams"),
         (
             [FULL1, {"kind": "chunked_local", "block_size": 1, "chunk": 2}],
             ["1", "1"],

@@ -139,7 +139,7 @@ def test_a_snapshot_does_not_refresh_the_lru_order() -> None:
         ([FULL1, {**FULL1, "eagle": True}], "token pairs"),
         ([{"kind": "sliding_window", "block_size": 1, "window": 3}], "one full group"),
         ([FULL1, {"kind": "sliding_window", "block_size": 2, "window": 3}], "one page size"),
-        ([{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}], "page size 1"),
+        ([{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}], "extra buffer"),
         ([FULL1, {"kind": "sliding_window", "block_size": 1, "window": 1}], "positive"),
     ],
 )

@@ -67,7 +67,7 @@ from typing import Any
 from kvhit.engines.sglang.target import Pools, TreeGroups, new_cache, shape
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
-from kvhit.model.spec import default_alignment
+from kvhit.model.spec import default_alignment, window_before
 
 # isort: split
 # After kvhit.engines.sglang.target, which prepares SGLang's imports and server args.
@@ -100,12 +100,22 @@ class SglangCacheEngine:
         self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
         alignment = config.get("alignment") or default_alignment(self.groups)
         self.tree: TreeGroups = shape(self.groups, alignment)
+        if len(self.tree.windows) > 1:
+            raise Unsupported("a drafter window is driven by the stateless sglang target only")
         self.num_blocks = config["num_blocks"]
         page = self.tree.page
+        if self.tree.mamba_index is not None and page > 1:
+            raise Unsupported(
+                "Mamba at page size > 1 (SGLang's extra buffer) is driven by the stateless "
+                "sglang target only: its checkpoints are tracked by the prefill kernels"
+            )
+        self.window_index = self.tree.windows[0] if self.tree.windows else None
+        window = self.groups[self.window_index] if self.window_index is not None else None
+        windows = (window_before(window) if window is not None else None, 0)
         window_pages = max(1, self.num_blocks // 2)
         pools = Pools(self.num_blocks * page, ROWS, CONTEXT, self.num_blocks, window_pages * page)
         try:
-            self.cache = new_cache(page, self.tree.window, self.tree.mamba_index is not None, pools)
+            self.cache = new_cache(page, windows, self.tree.mamba_index is not None, pools)
         except (AssertionError, ValueError) as err:
             raise Unsupported(f"SGLang refuses this configuration: {err}") from err
         self.requests: dict[int, Req] = {}
@@ -138,8 +148,8 @@ class SglangCacheEngine:
                     window[p // page] = False
             if info.path_end <= matched and self.holds(info.node_id, ComponentType.MAMBA):
                 states[info.path_end - 1] = True
-        if self.tree.window_index is not None:
-            rows[self.tree.window_index] = window
+        if self.window_index is not None:
+            rows[self.window_index] = window
         if self.tree.mamba_index is not None:
             rows[self.tree.mamba_index] = states
         return {"cached": rows}
@@ -193,7 +203,7 @@ class SglangCacheEngine:
         new = (pages(num_tokens, self.tree.page) * self.tree.page) - req.prefix_len
         lock = cache.lock(req.last_node)
         try:
-            if self.tree.window is not None:
+            if self.window_index is not None:
                 have = {
                     "full KV": allocator.full_available_size() + cache.full_evictable_size(),
                     "window KV": allocator.swa_available_size() + cache.swa_evictable_size(),
@@ -225,15 +235,13 @@ class SglangCacheEngine:
         reused: list[list[int]] = [[] for _ in self.groups]
         tables[self.tree.full] = list(full)
         reused[self.tree.full] = full[: length // page]
-        if self.tree.window_index is not None:
+        if self.window_index is not None:
             mapping = self.cache.token_to_kv_pool_allocator.full_to_swa_index_mapping
             window = [int(mapping[slot]) for slot in starts]
             ids = [self.window_id(s) if s > 0 else None for s in window]
-            tables[self.tree.window_index] = ids
+            tables[self.window_index] = ids
             first = self.first_window_block(length)
-            reused[self.tree.window_index] = [
-                b for b in ids[first : length // page] if b is not None
-            ]
+            reused[self.window_index] = [b for b in ids[first : length // page] if b is not None]
         if self.tree.mamba_index is not None:
             states: list[int | None] = [None] * num_tokens
             if length and source is not None:

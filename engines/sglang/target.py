@@ -3,29 +3,38 @@
 SGLang (0.5.23) keeps its prefix cache as one radix tree, ``UnifiedRadixCache``
 (``sglang.srt.mem_cache.unified_radix_cache``), whose nodes always hold full KV and,
 per component, sliding-window KV (a node whose window KV was freed is a *tombstone*)
-or a Mamba state checkpoint (``unified_cache/components/swa.py`` and ``mamba.py``).
-The tree itself is SGLang's default Rust tree core. For each query this builds that
-cache with a tiny pool, puts exactly the query's state in it through SGLang's own
-``insert`` and ``evict``, asks its own ``match_prefix`` for the first M tokens, and
-returns the hit and the blocks SGLang's result reuses. Nothing of SGLang is copied.
+and a Mamba state checkpoint (``unified_cache/components/swa.py`` and ``mamba.py``);
+a hybrid model with both (``mem_cache/registry.py:165-169``) gets all three
+components in one tree. The tree itself is SGLang's default Rust tree core. For each
+query this builds that cache with a tiny pool, puts exactly the query's state in it
+through SGLang's own ``insert``, ``inc_lock_ref`` and ``evict``, asks its own
+``match_prefix`` for the first M tokens, and returns the hit and the blocks SGLang's
+result reuses. Nothing of SGLang is copied.
 
 How the protocol maps onto SGLang (docs/design.md §1):
 
-- one ``full`` group is the tree; with it at most one ``sliding_window`` group (the
-  SWA component) or one ``mamba`` group (the Mamba component). Every block size is
-  SGLang's ``page_size`` and the alignment must equal it (matches end on pages).
+- one ``full`` group is the tree; with it at most one ``mamba`` group (the Mamba
+  component) and one sliding window (the SWA component), or two sliding windows
+  with the same row: the target's window and its EAGLE drafter's
+  (``draft_swa_window``), whose KV shares the target's window slots, so SGLang
+  keeps and matches ``max`` of the two (``cache_init_params.py:76-83``). Every block
+  size is SGLang's ``page_size`` and the alignment must equal it (matches end on
+  pages). A query with a hash unit h is answered through its fine query at page
+  size h (SGLang's page is the unit it matches and checkpoints at).
 - a sliding window follows its query's convention (§1.2): SGLang's
   ``sliding_window_size`` is exclusive (its model code passes the inclusive window
   minus one, e.g. ``models/gpt_oss.py``), so an inclusive window w becomes w - 1.
+- Mamba at page size 1 runs without SGLang's extra buffer; at page size > 1 with it
+  (``components/mamba.py:77``: without it a cached state needs page size 1). Its
+  states sit on node ends, which are pages: one bit per page.
 - the full row must be blocks 0 … F-1 with no hole; window and Mamba bits only
   within those blocks (a tree node holds full KV for every token under it).
-- window KV: each run of cached window blocks is inserted as SGLang inserts a
-  request whose older window KV it already freed (``swa_evicted_seqlen`` at the run's
-  start, the SWA slots before it freed first), so uncached blocks are tombstones.
-- Mamba (page size 1, SGLang's rule without its extra buffer): every boundary gets a
-  state through ``insert``, the uncached ones first, and then ``evict`` takes exactly
-  those (the least recently used). The leaf's state cannot be evicted alone (SGLang
-  drops the leaf with it), so the last full block needs a cached state.
+- the state is inserted page by page, as a request's prefill would insert it: an
+  uncached window page has its window slots freed first and ``swa_evicted_seqlen``
+  at its end (a tombstone); every page end gets a Mamba state, then the cached
+  states' nodes are locked (``inc_lock_ref``), ``evict`` takes exactly the
+  uncached ones, and the locks are released. The leaf's state cannot be evicted
+  alone (SGLang drops the leaf with it), so the last full block needs a cached state.
 
 Anything else the tree cannot hold, or SGLang refuses, raises
 :class:`kvhit.errors.Unsupported` with the reason.
@@ -45,7 +54,16 @@ import torch
 
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Kind, Query, window_before
+from kvhit.model.spec import (
+    Answer,
+    Drafter,
+    Group,
+    Kind,
+    Query,
+    coarse_answer,
+    fine_query,
+    window_before,
+)
 
 
 def _import_torchvision() -> None:
@@ -115,13 +133,58 @@ _SERVER_ARGS = _server_args()
 
 
 @dataclass(frozen=True)
+class TreeGroups:
+    """The groups as one SGLang tree: its page size, the full group's index, the
+    window groups' indices (the target's window, then perhaps its drafter's, which
+    share one window pool) and the Mamba group's index if there is one."""
+
+    page: int
+    full: int
+    windows: tuple[int, ...] = ()
+    mamba_index: int | None = None
+
+
+def shape(groups: tuple[Group, ...], alignment: int) -> TreeGroups:
+    """How SGLang's tree holds these groups; Unsupported if it cannot.
+
+    >>> tree = shape((Group("sliding_window", 2, window=3), Group("full", 2)), 2)
+    >>> tree.page, tree.full, tree.windows, tree.mamba_index
+    (2, 1, (0,), None)
+    """
+    kinds = [g.kind for g in groups]
+    if any(g.drafter not in (None, Drafter.NONE) for g in groups):
+        raise Unsupported(
+            "SGLang's EAGLE cache keys its tree by token pairs (RadixKey bigrams); "
+            "only groups without a drafter key (none) are driven"
+        )
+    counts = {kind: kinds.count(kind) for kind in Kind}
+    if counts[Kind.FULL] != 1 or counts[Kind.CHUNKED_LOCAL] or counts[Kind.MAMBA] > 1:
+        raise Unsupported(
+            "SGLang's hybrid radix caches hold one full group plus a sliding window "
+            f"(and its drafter's) and a mamba group; got {', '.join(kinds)}"
+        )
+    if counts[Kind.SLIDING_WINDOW] > 2:
+        raise Unsupported("SGLang's tree has one window pool: at most a window and its drafter's")
+    page = groups[0].block_size
+    if any(g.block_size != page for g in groups) or alignment != page:
+        raise Unsupported("SGLang has one page size: every block size and A must be equal")
+    windows = tuple(i for i, k in enumerate(kinds) if k == Kind.SLIDING_WINDOW)
+    if any(window_before(groups[i]) < 1 for i in windows):
+        raise Unsupported("SGLang needs a positive sliding_window_size (exclusive window)")
+    mamba = kinds.index(Kind.MAMBA) if Kind.MAMBA in kinds else None
+    return TreeGroups(page, kinds.index(Kind.FULL), windows, mamba)
+
+
+@dataclass(frozen=True)
 class Layout:
     """The query as SGLang's tree holds it: ``full_blocks`` F (the tree is tokens
-    0 … F·page-1) and, per block, whether its window KV or Mamba state is cached."""
+    0 … F·page-1), the windows (target's, then drafter's: SGLang's
+    ``sliding_window_size`` and ``draft_swa_window``) and, per block, whether its
+    window KV or Mamba state is cached."""
 
     page: int
     full_blocks: int
-    window: Group | None
+    windows: tuple[Group, ...]
     window_row: tuple[bool, ...]
     mamba_row: tuple[bool, ...] | None
 
@@ -129,6 +192,13 @@ class Layout:
     def tokens(self) -> int:
         """How many tokens the tree holds."""
         return self.full_blocks * self.page
+
+    @property
+    def window_sizes(self) -> tuple[int | None, int]:
+        """SGLang's ``sliding_window_size`` and ``draft_swa_window`` (0: no drafter
+        window), exclusive."""
+        sizes = [window_before(g) for g in self.windows]
+        return (sizes[0] if sizes else None), (sizes[1] if len(sizes) > 1 else 0)
 
 
 def _row_prefix(row: tuple[bool, ...]) -> int:
@@ -152,54 +222,18 @@ def _within(row: tuple[bool, ...], full: int, what: str) -> tuple[bool, ...]:
     return tuple(row[:full]) + (False,) * (full - len(row[:full]))
 
 
-@dataclass(frozen=True)
-class TreeGroups:
-    """The groups as one SGLang tree: its page size, the full group's index, and the
-    window group or the Mamba group's index if there is one."""
-
-    page: int
-    full: int
-    window: Group | None = None
-    window_index: int | None = None
-    mamba_index: int | None = None
-
-
-def shape(groups: tuple[Group, ...], alignment: int) -> TreeGroups:
-    """How SGLang's tree holds these groups; Unsupported if it cannot.
-
-    >>> tree = shape((Group("sliding_window", 2, window=3), Group("full", 2)), 2)
-    >>> tree.page, tree.full, tree.window_index, tree.mamba_index
-    (2, 1, 0, None)
-    """
-    kinds = [g.kind for g in groups]
-    if any(g.eagle for g in groups):
-        raise Unsupported("SGLang's EAGLE cache keys its tree by token pairs; no block is dropped")
-    if kinds.count(Kind.FULL) != 1 or len(kinds) > 2 or any(k not in REUSED for k in kinds):
-        raise Unsupported(
-            "SGLang's hybrid radix caches hold one full group plus at most one "
-            f"sliding_window or mamba group; got {', '.join(kinds)}"
-        )
-    page = groups[0].block_size
-    if any(g.block_size != page for g in groups) or alignment != page:
-        raise Unsupported("SGLang has one page size: every block size and A must be equal")
-    window = kinds.index(Kind.SLIDING_WINDOW) if Kind.SLIDING_WINDOW in kinds else None
-    mamba = kinds.index(Kind.MAMBA) if Kind.MAMBA in kinds else None
-    if window is not None and window_before(groups[window]) < 1:
-        raise Unsupported("SGLang needs a positive sliding_window_size (exclusive window)")
-    if mamba is not None and page != 1:
-        raise Unsupported("SGLang's Mamba cache without its extra buffer needs page size 1")
-    window_group = groups[window] if window is not None else None
-    return TreeGroups(page, kinds.index(Kind.FULL), window_group, window, mamba)
-
-
 def layout(q: Query) -> Layout:
-    """Check that SGLang's tree can hold the query's state, and how."""
+    """Check that SGLang's tree can hold the query's state (a query without a hash
+    unit), and how."""
     tree = shape(q.groups, q.alignment)
     full = _row_prefix(q.cached[tree.full])
-    window_row: tuple[bool, ...] = ()
+    rows = {_within(q.cached[i], full, "window") for i in tree.windows}
+    if len(rows) > 1:
+        raise Unsupported(
+            "a drafter's window KV shares the target's window slots in SGLang "
+            "(UnifiedDraftSWAKVPool): both window rows must be equal"
+        )
     mamba_row: tuple[bool, ...] | None = None
-    if tree.window_index is not None:
-        window_row = _within(q.cached[tree.window_index], full, "window")
     if tree.mamba_index is not None:
         mamba_row = _within(q.cached[tree.mamba_index], full, "Mamba")
         if full and not mamba_row[-1]:
@@ -207,7 +241,8 @@ def layout(q: Query) -> Layout:
                 f"SGLang keeps a Mamba state on every leaf: the last full block {full - 1} "
                 "needs a cached state (evicting it drops the leaf's full KV too)"
             )
-    return Layout(tree.page, full, tree.window, window_row, mamba_row)
+    windows = tuple(q.groups[i] for i in tree.windows)
+    return Layout(tree.page, full, windows, rows.pop() if rows else (), mamba_row)
 
 
 def key(tokens: int) -> Any:
@@ -218,7 +253,7 @@ def key(tokens: int) -> Any:
 @dataclass
 class Built:
     """SGLang's cache holding a layout, the full KV slot of each token, and the Mamba
-    slot inserted at each boundary."""
+    slot inserted at each page end."""
 
     cache: Any
     slots: torch.Tensor
@@ -238,26 +273,35 @@ class Pools:
     window_tokens: int | None = None
 
 
-def new_cache(page: int, window: Group | None, mamba: bool, pools: Pools) -> Any:
-    """An empty ``UnifiedRadixCache`` on CPU: full KV alone, with an SWA component
-    for ``window``, or with a Mamba component (page size 1)."""
-    components: tuple[Any, ...]
-    if mamba:
-        requests, allocator = _mamba_pools(pools)
-        components = (ComponentType.FULL, ComponentType.MAMBA)
-    elif window is not None:
-        requests, allocator = _window_pools(page, pools)
-        components = (ComponentType.FULL, ComponentType.SWA)
+def new_cache(
+    page: int, windows: tuple[int | None, int], mamba: bool, pools: Pools, draft: bool = False
+) -> Any:
+    """An empty ``UnifiedRadixCache`` on CPU: full KV, with an SWA component when
+    ``windows`` (SGLang's ``sliding_window_size`` and ``draft_swa_window``) has a
+    window, and a Mamba component when ``mamba`` (with SGLang's extra buffer at page
+    size > 1)."""
+    window, draft_window = windows
+    extra_buffer = mamba and page > 1
+    requests = _mamba_rows(pools, extra_buffer) if mamba else _rows(pools)
+    components = [ComponentType.FULL]
+    if window is not None:
+        allocator = _window_allocator(page, pools, requests if mamba else None)
+        components.append(ComponentType.SWA)
+    elif mamba:
+        allocator = _mamba_allocator(page, pools, requests)
     else:
-        requests, allocator = _full_pools(page, pools)
-        components = (ComponentType.FULL,)
+        allocator = _full_allocator(page, pools)
+    if mamba:
+        components.append(ComponentType.MAMBA)
     params = CacheInitParams(
         disable=False,
         req_to_token_pool=requests,
         token_to_kv_pool_allocator=allocator,
         page_size=page,
-        sliding_window_size=window_before(window) if window is not None else None,
-        tree_components=components,
+        sliding_window_size=window,
+        draft_swa_window=draft_window,
+        enable_mamba_extra_buffer=extra_buffer,
+        tree_components=tuple(components),
         tree_core_backend=TREE_CORE,
     )
     return UnifiedRadixCache(params)
@@ -269,7 +313,9 @@ def _rows(pools: Pools) -> Any:
     )
 
 
-def _window_pools(page: int, pools: Pools) -> tuple[Any, Any]:
+def _window_allocator(page: int, pools: Pools, requests: Any) -> Any:
+    """SGLang's full + window KV allocator (``kv_cache_configurator.py:2874``); with a
+    Mamba request pool for a model with both (its ``req_to_token_pool``)."""
     size = pools.tokens
     size_swa = size if pools.window_tokens is None else pools.window_tokens
     kv = SWAKVPool(
@@ -280,7 +326,7 @@ def _window_pools(page: int, pools: Pools) -> tuple[Any, Any]:
         full_attention_layer_ids=[0],
         **KV,
     )
-    allocator = SWATokenToKVPoolAllocator(
+    return SWATokenToKVPoolAllocator(
         size=size,
         size_swa=size_swa,
         page_size=page,
@@ -288,55 +334,56 @@ def _window_pools(page: int, pools: Pools) -> tuple[Any, Any]:
         device="cpu",
         kvcache=kv,
         need_sort=False,
+        req_to_token_pool=requests,
     )
-    return _rows(pools), allocator
 
 
-def _mamba_pools(pools: Pools) -> tuple[Any, Any]:
+def _mamba_rows(pools: Pools, extra_buffer: bool) -> Any:
     shape = Mamba2StateShape.create(tp_world_size=1, state_size=4, conv_kernel=2, **MAMBA_SHAPE)
-    requests = HybridReqToTokenPool(
+    return HybridReqToTokenPool(
         size=pools.rows,
         mamba_size=pools.states,
         mamba_spec_state_size=1,
         max_context_len=pools.context,
         device="cpu",
         enable_memory_saver=False,
-        cache_params=Mamba2CacheParams(shape=shape, layers=[1]),
-        mamba_layer_ids=[1],
-        enable_mamba_extra_buffer=False,
+        cache_params=Mamba2CacheParams(shape=shape, layers=[2]),
+        mamba_layer_ids=[2],
+        enable_mamba_extra_buffer=extra_buffer,
     )
+
+
+def _mamba_allocator(page: int, pools: Pools, requests: Any) -> Any:
     kv = HybridLinearKVPool(
         size=pools.tokens,
-        page_size=1,
+        page_size=page,
         full_attention_layer_ids=[0],
         mamba_pool=requests.mamba_pool,
         **KV,
     )
-    allocator = TokenToKVPoolAllocator(
-        size=pools.tokens, dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False
-    )
-    return requests, allocator
+    return _allocator(page, pools.tokens, kv)
 
 
-def _full_pools(page: int, pools: Pools) -> tuple[Any, Any]:
+def _full_allocator(page: int, pools: Pools) -> Any:
     size = pools.tokens
     kv = MHATokenToKVPool(size=size, page_size=page, layer_num=1, enable_memory_saver=False, **KV)
+    return _allocator(page, size, kv)
+
+
+def _allocator(page: int, size: int, kv: Any) -> Any:
+    """SGLang's token allocator at page size 1, its paged one above."""
     if page == 1:
-        allocator = TokenToKVPoolAllocator(
+        return TokenToKVPoolAllocator(
             size=size, dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False
         )
-    else:
-        allocator = PagedTokenToKVPoolAllocator(
-            size, page, KV["dtype"], "cpu", kvcache=kv, need_sort=False
-        )
-    return _rows(pools), allocator
+    return PagedTokenToKVPoolAllocator(size, page, KV["dtype"], "cpu", kvcache=kv, need_sort=False)
 
 
 def _built_cache(lay: Layout) -> Any:
     """An empty cache big enough for the layout's one request."""
     size = lay.tokens + 2 * lay.page
-    pools = Pools(size, 1, size, lay.full_blocks + 1)
-    return new_cache(lay.page, lay.window, lay.mamba_row is not None, pools)
+    pools = Pools(size, 1, size, 2 * (lay.full_blocks + 1))
+    return new_cache(lay.page, lay.window_sizes, lay.mamba_row is not None, pools)
 
 
 def allocate(allocator: Any, lay: Layout) -> torch.Tensor:
@@ -350,79 +397,51 @@ def allocate(allocator: Any, lay: Layout) -> torch.Tensor:
     return allocator.alloc_extend(zero, zero, tokens, tokens, torch.tensor([-1]), lay.tokens)
 
 
-def build_window_cache(lay: Layout) -> Built:
-    """A full + sliding window tree: the window runs inserted in order, each with the
-    window KV before it freed and ``swa_evicted_seqlen`` at its start."""
+def build(lay: Layout) -> Built:
+    """SGLang's cache holding exactly the layout: the tree inserted page by page (an
+    uncached window page freed first and marked evicted, a Mamba state at every page
+    end), then the uncached Mamba states evicted with the cached ones locked."""
     cache = _built_cache(lay)
     allocator = cache.token_to_kv_pool_allocator
     slots = allocate(allocator, lay)
-    inserted = 0
-    for start, end in window_runs(lay.window_row) + [(lay.full_blocks, lay.full_blocks)]:
-        start, end = start * lay.page, end * lay.page
-        if end <= inserted:
-            continue
-        allocator.free_swa(slots[inserted:start])
-        params = InsertParams(key=key(end), value=slots[:end].clone(), prev_prefix_len=inserted)
-        params.set_evicted_seqlen(ComponentType.SWA, start)
+    mamba_slots: dict[int, int] = {}
+    for j in range(lay.full_blocks):
+        start, end = j * lay.page, (j + 1) * lay.page
+        params = InsertParams(key=key(end), value=slots[:end].clone(), prev_prefix_len=start)
+        if lay.windows:
+            if not lay.window_row[j]:
+                allocator.free_swa(slots[start:end])
+            params.set_evicted_seqlen(ComponentType.SWA, start if lay.window_row[j] else end)
+        if lay.mamba_row is not None:
+            state = cache.req_to_token_pool.mamba_allocator.alloc(1)
+            mamba_slots[end] = int(state[0])
+            params.mamba_value = state
         cache.insert(params)
-        inserted = end
-    return Built(cache, slots, {})
-
-
-def window_runs(row: tuple[bool, ...]) -> list[tuple[int, int]]:
-    """The runs ``(start, end)`` of cached blocks of a row.
-
-    >>> window_runs((False, True, True, False, True))
-    [(1, 3), (4, 5)]
-    """
-    runs: list[tuple[int, int]] = []
-    for j, bit in enumerate(row):
-        if bit and runs and runs[-1][1] == j:
-            runs[-1] = (runs[-1][0], j + 1)
-        elif bit:
-            runs.append((j, j + 1))
-    return runs
-
-
-def build_mamba_cache(lay: Layout) -> Built:
-    """A full + Mamba tree: a state inserted at every boundary, the uncached ones
-    first, then ``evict`` of exactly that many states (the least recently used)."""
-    assert lay.mamba_row is not None
-    cache = _built_cache(lay)
-    requests = cache.req_to_token_pool
-    slots = allocate(cache.token_to_kv_pool_allocator, lay)
-    ends = range(1, lay.full_blocks + 1)
-    dropped = [e for e in ends if not lay.mamba_row[e - 1]]
-    mamba_slots = {}
-    for end in dropped + [e for e in ends if lay.mamba_row[e - 1]]:
-        state = requests.mamba_allocator.alloc(1)
-        mamba_slots[end] = int(state[0])
-        cache.insert(InsertParams(key=key(end), value=slots[:end].clone(), mamba_value=state))
-    if dropped:
-        cache.evict(EvictParams(mamba_num=len(dropped)))
+    if lay.mamba_row is not None:
+        _evict_states(cache, lay)
     built = Built(cache, slots, mamba_slots)
-    held = set(built.cache.all_mamba_values_flatten().tolist())
-    if held != {mamba_slots[e] for e in ends if lay.mamba_row[e - 1]}:
-        raise Unsupported("SGLang's evict did not take exactly the uncached Mamba states")
+    if lay.mamba_row is not None:
+        held = set(cache.all_mamba_values_flatten().tolist())
+        kept = {mamba_slots[(j + 1) * lay.page] for j, bit in enumerate(lay.mamba_row) if bit}
+        if held != kept:
+            raise Unsupported("SGLang's evict did not take exactly the uncached Mamba states")
     return built
 
 
-def build_full_cache(lay: Layout) -> Built:
-    """A full attention tree alone: one insert of the cached prefix."""
-    cache = _built_cache(lay)
-    slots = allocate(cache.token_to_kv_pool_allocator, lay)
-    if lay.tokens:
-        cache.insert(InsertParams(key=key(lay.tokens), value=slots.clone()))
-    return Built(cache, slots, {})
-
-
-def build(lay: Layout) -> Built:
-    """SGLang's cache holding exactly the layout."""
-    if lay.mamba_row is not None:
-        return build_mamba_cache(lay)
-    if lay.window is not None:
-        return build_window_cache(lay)
-    return build_full_cache(lay)
+def _evict_states(cache: Any, lay: Layout) -> None:
+    """Evict the Mamba states of the uncached page ends: the cached ones' nodes are
+    locked first (``inc_lock_ref`` locks a node's own state), so ``evict`` can take
+    only the others."""
+    assert lay.mamba_row is not None
+    core = cache.tree_core
+    kept = [j for j, bit in enumerate(lay.mamba_row) if bit]
+    nodes = [core.match_full_device_prefix(key((j + 1) * lay.page))[1] for j in kept]
+    locks = [cache.inc_lock_ref(node) for node in nodes]
+    dropped = len(lay.mamba_row) - len(kept)
+    if dropped:
+        cache.evict(EvictParams(num_tokens=0, mamba_num=dropped))
+    for node, lock in zip(nodes, locks):
+        cache.dec_lock_ref(node, lock.to_dec_params())
 
 
 def full_reused(g: Group, lay: Layout, built: Built, length: int, full: list[int]) -> list[int]:
@@ -431,8 +450,8 @@ def full_reused(g: Group, lay: Layout, built: Built, length: int, full: list[int
 
 
 def window_reused(g: Group, lay: Layout, built: Built, length: int, full: list[int]) -> list[int]:
-    """The window blocks SGLang's window reads (the t tokens before the hit) whose
-    window KV it still holds."""
+    """The window blocks the group's window reads (the t tokens before the hit)
+    whose window KV SGLang still holds."""
     first = max(0, length - window_before(g)) // lay.page
     mapping = built.cache.token_to_kv_pool_allocator.full_to_swa_index_mapping
     return [j for j in full if j >= first and int(mapping[built.slots[j * lay.page]]) > 0]
@@ -442,7 +461,7 @@ def mamba_reused(g: Group, lay: Layout, built: Built, length: int, full: list[in
     """The Mamba state at the hit, if SGLang still holds it."""
     held = set(built.cache.all_mamba_values_flatten().tolist())
     state = built.mamba_slots.get(length)
-    return [length - 1] if state is not None and state in held else []
+    return [length // lay.page - 1] if state is not None and state in held else []
 
 
 REUSED: dict[Kind, Callable[[Group, Layout, Built, int, list[int]], list[int]]] = {
@@ -464,15 +483,21 @@ def reused(q: Query, lay: Layout, built: Built, length: int, path: torch.Tensor)
 
 def sglang_target(query: dict[str, Any]) -> dict[str, Any]:
     """The ``sglang`` target: SGLang's hit length for the first M tokens and the blocks
-    its match reuses.
+    its match reuses. A query with a hash unit h is SGLang at page size h holding its
+    :func:`fine_query` (h must be the alignment: SGLang matches whole pages).
 
     >>> sglang_target({"groups": [{"kind": "full", "block_size": 1},
     ...                           {"kind": "sliding_window", "block_size": 1, "window": 3}],
     ...                "cached": ["1111", "0110"], "max_length": 4})
     {'length': 3, 'blocks': [[0, 1, 2], [1, 2]]}
+    >>> sglang_target({"groups": [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}],
+    ...                "cached": [[True, {"upto": 6}], [False, {"upto": 6}]], "max_length": 7,
+    ...                "hash_unit": 2})
+    {'length': 6, 'blocks': [[0, 1], [1]]}
     """
     q = parse_query(query)
-    lay = layout(q)
+    fine = fine_query(q)
+    lay = layout(fine)
     try:
         built = build(lay)
     except (AssertionError, ValueError) as err:
@@ -480,4 +505,5 @@ def sglang_target(query: dict[str, Any]) -> dict[str, Any]:
     result = built.cache.match_prefix(MatchPrefixParams(key=key(q.max_length)))
     length = result.device_prefix_len
     path = built.cache.path_device_indices(result.last_device_node)
-    return {"length": length, "blocks": reused(q, lay, built, length, path)}
+    blocks = reused(fine, lay, built, length, path)
+    return coarse_answer(q, Answer(length, tuple(map(tuple, blocks)))).to_json()
