@@ -220,7 +220,8 @@ class Coordinator:
         per = self.per_block(group)
         if per == 1:
             return lo, ids[lo:hi]
-        first, end = lo // per, -(-hi // per)
+        first = lo // per
+        end = -(-hi // per) if hi > lo else first
         last = torch.clamp(torch.arange(first, end) * per + per - 1, max=hi - 1)
         return first, ids[last]
 

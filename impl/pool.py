@@ -70,7 +70,10 @@ class BlockPool:
         self.hashers = hashers
         self.ref_cnt = [0] * num_blocks
         self.key: list[Entry | None] = [None] * num_blocks
-        self.anchors: list[dict[int, int]] = [{} for _ in range(num_groups)]
+        self.anchors: list[dict[int, tuple[int, tuple[int, ...]]]] = [
+            {} for _ in range(num_groups)
+        ]
+        """Per group, anchor key -> the block cached there and its chain."""
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.tables = [torch.full((0,), -1, dtype=torch.int64) for _ in range(num_groups)]
 
@@ -139,11 +142,10 @@ class BlockPool:
         block this one completes further) gives way to it.
         """
         chain = tuple(chain)
-        holder = self.anchors[group].get(chain[0])
-        if holder is not None:
-            theirs = self.key[holder]
-            assert theirs is not None
-            if len(theirs.chain) >= len(chain) or theirs.chain != chain[: len(theirs.chain)]:
+        anchored = self.anchors[group].get(chain[0])
+        if anchored is not None:
+            holder, theirs = anchored
+            if len(theirs) >= len(chain) or theirs != chain[: len(theirs)]:
                 return False
             self.uncache(holder)
         entry = Entry(group, chain, chain if findable is None else tuple(findable))
@@ -151,7 +153,7 @@ class BlockPool:
         table = self.tables[group]
         for hash_id in entry.findable:
             table[hash_id] = block
-        self.anchors[group][chain[0]] = block
+        self.anchors[group][chain[0]] = (block, chain)
         self.key[block] = entry
         if self.hashers is not None:
             self.hashers[group].hold(chain[-1])
