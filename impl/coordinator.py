@@ -27,8 +27,7 @@ block and everything is as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from math import gcd

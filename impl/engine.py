@@ -104,7 +104,10 @@ def fresh_blocks(coord: Coordinator, request: Request, hit: CacheHit) -> int:
     """How many new blocks the request needs after its hit, over every group (a block
     the hit ends inside is copied into a new one)."""
     return sum(
-        -(-request.num_tokens // g.block_size) - first - len(blocks) + bool(hit.length % g.block_size and blocks)
+        -(-request.num_tokens // g.block_size)
+        - first
+        - len(blocks)
+        + bool(hit.length % g.block_size and blocks)
         for g, first, blocks in zip(coord.groups, hit.first, hit.blocks)
     )
 

@@ -70,9 +70,7 @@ class BlockPool:
         self.hashers = hashers
         self.ref_cnt = [0] * num_blocks
         self.key: list[Entry | None] = [None] * num_blocks
-        self.anchors: list[dict[int, tuple[int, tuple[int, ...]]]] = [
-            {} for _ in range(num_groups)
-        ]
+        self.anchors: list[dict[int, tuple[int, tuple[int, ...]]]] = [{} for _ in range(num_groups)]
         """Per group, anchor key -> the block cached there and its chain."""
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.tables = [torch.full((0,), -1, dtype=torch.int64) for _ in range(num_groups)]

@@ -130,7 +130,9 @@ def test_the_target_builds_exactly_the_fine_rows() -> None:
         request = coord.request([0] * q.num_tokens)
         coord.preload(request, fine_query(q).cached)
         seen = fine_query(parse_query(coord.snapshot(request, q.max_length)))
-        for g, hashes, want, got in zip(q.groups, request.hashes, fine_query(q).cached, seen.cached):
+        for g, hashes, want, got in zip(
+            q.groups, request.hashes, fine_query(q).cached, seen.cached
+        ):
             # Units without a key (past T - La, or past the request) are never found.
             keyed = min(len(hashes), len(want))
             assert got[:keyed] == want[:keyed] and not any(got[keyed:]), g.describe()

@@ -23,12 +23,12 @@ from math import lcm
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_impl_fine import spec_answer
 
 from kvhit.harness.random_cases import make_group
 from kvhit.impl.engine import Engine
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import DRAFTERS, Drafter, Group, answer_at, fine_query, valid
-from test_impl_fine import spec_answer
 
 VOCAB = 4
 
@@ -67,9 +67,7 @@ def fine_group(rng: random.Random, kind: str, unit: int) -> Group:
     g = random_group(rng, kind)
     drafter = rng.choice((None, *DRAFTERS[g.kind]))
     lookahead = rng.randint(0, 4) if drafter == Drafter.LOOKAHEAD else 0
-    return replace(
-        g, block_size=unit * rng.choice((1, 2, 4)), drafter=drafter, lookahead=lookahead
-    )
+    return replace(g, block_size=unit * rng.choice((1, 2, 4)), drafter=drafter, lookahead=lookahead)
 
 
 def random_workload(rng: random.Random, requests: int = 6, fine: bool = False) -> Workload:
