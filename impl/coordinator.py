@@ -54,7 +54,7 @@ class Request:
     is a block without a hash unit). ``keys[g]`` is ``hashes[g]`` followed by
     :data:`~kvhit.impl.hashing.ROOT`, which is never cached, through unit T // u: the
     lookup key of every unit a lookup may look at. ``key_bound`` exceeds every hash
-    id in them. ``held`` is what the request holds in each hasher (by its block size).
+    id in them. ``held`` is what the request holds in each hasher (by its granularity).
     """
 
     tokens: list[int]
