@@ -9,6 +9,13 @@ cached, one cumulative sum of the misses, and the plan's two gathers, comparison
 select; one reduction takes the longest candidate valid in every group. The only
 Python loop is over the groups.
 
+With a hash unit h (the query's ``hash_unit``), every group is looked up in units of
+h tokens instead of blocks: a unit's key is the key of the prefix through its end
+(and, for a lookahead drafter, La tokens more), the plan is the spec's ``valid`` of
+the group at block size h (:func:`kvhit.model.spec.fine_query`), and a hit inside a
+block reuses that block's cached copy up to the hit. Without a hash unit a unit is a
+block and everything is as before.
+
     >>> from kvhit.model.spec import Group
     >>> coord = Coordinator([Group("full", 2), Group("sliding_window", 2, window=3)], 16)
     >>> req = coord.request(list(range(9)))
@@ -20,28 +27,34 @@ Python loop is over the groups.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
+from math import gcd
 from typing import Any
 
 import torch
 
 from kvhit.impl.formula import Plan, miss_sums, stack, torch_plan, valid_at
-from kvhit.impl.hashing import ROOT, BlockHasher
+from kvhit.impl.hashing import ROOT, BlockHasher, key_offset, keyed_units
 from kvhit.impl.managers import manager_for
-from kvhit.impl.pool import BlockPool
-from kvhit.model.spec import Group, Query, default_alignment, reused_range
+from kvhit.impl.pool import NULL_BLOCK, BlockPool
+from kvhit.model.spec import Group, Query, Upto, default_alignment, fine_row, reused_range
+
+Copy = Callable[[int, int, int], None]
+"""``copy(group, source, destination)``: copy one block's data to another."""
 
 
 @dataclass
 class Request:
-    """A request's tokens, its block hashes per group, and (once allocated) its block
+    """A request's tokens, its unit keys per group, and (once allocated) its block
     table per group.
 
-    ``keys[g]`` is ``hashes[g]`` followed by :data:`~kvhit.impl.hashing.ROOT`, which
-    is never cached: the lookup key of every block an eagle group may look at (block
-    T // b included). ``key_bound`` exceeds every hash id in them.
+    ``hashes[g]`` holds the key of each of the request's units that has one (a unit
+    is a block without a hash unit). ``keys[g]`` is ``hashes[g]`` followed by
+    :data:`~kvhit.impl.hashing.ROOT`, which is never cached, through unit T // u: the
+    lookup key of every unit a lookup may look at. ``key_bound`` exceeds every hash
+    id in them. ``held`` is what the request holds in each hasher (by its granularity).
     """
 
     tokens: list[int]
@@ -49,6 +62,10 @@ class Request:
     tables: list[list[int]]
     keys: list[torch.Tensor]
     key_bound: int
+    held: dict[int, torch.Tensor]
+    filled_from: list[int] = field(default_factory=list)
+    """Per group, the first block the request holds from its first token on (set by
+    :meth:`Coordinator.allocate`): the blocks it may cache."""
     holding: bool = True
     """Whether the request still holds its hashes (until :meth:`Coordinator.free`)."""
 
@@ -111,39 +128,67 @@ def lookup_plan(groups: tuple[Group, ...], alignment: int, top: int, num_tokens:
 
 
 class Coordinator:
-    """Every group's manager over one shared block pool."""
+    """Every group's manager over one shared block pool, looked up in units of the hash
+    unit (or, without one, of each group's block)."""
 
-    def __init__(self, groups: Sequence[Group], num_blocks: int, alignment: int | None = None):
+    def __init__(
+        self,
+        groups: Sequence[Group],
+        num_blocks: int,
+        alignment: int | None = None,
+        hash_unit: int | None = None,
+    ):
         self.groups = tuple(groups)
-        self.alignment = alignment or default_alignment(self.groups)
-        self.hashers = {g.block_size: BlockHasher(g.block_size) for g in self.groups}
-        group_hashers = [self.hashers[g.block_size] for g in self.groups]
+        self.hash_unit = hash_unit
+        self.units = tuple(hash_unit or g.block_size for g in self.groups)
+        self.unit_groups = tuple(replace(g, block_size=u) for g, u in zip(self.groups, self.units))
+        """Each group at block size u (its :func:`~kvhit.model.spec.fine_query` group)."""
+        self.alignment = alignment or hash_unit or default_alignment(self.groups)
+        # A key covering La tokens past a unit's end is a key at granularity gcd(u, La).
+        self.key_sizes = tuple(gcd(u, key_offset(g)) for g, u in zip(self.groups, self.units))
+        self.hashers = {d: BlockHasher(d) for d in self.key_sizes}
+        group_hashers = [self.hashers[d] for d in self.key_sizes]
         self.pool = BlockPool(num_blocks, len(self.groups), group_hashers)
         self.managers = [manager_for(g, i, self.pool) for i, g in enumerate(self.groups)]
 
+    def per_block(self, group: int) -> int:
+        """How many units a block of group ``group`` has."""
+        return self.groups[group].block_size // self.units[group]
+
     def request(self, tokens: Sequence[int]) -> Request:
-        """A new request, with its block hashes and lookup keys for every group; it
-        holds its hashes until :meth:`free`."""
+        """A new request, with its unit keys and lookup keys for every group; it holds
+        its hashes until :meth:`free`."""
         tokens = tokens if isinstance(tokens, list) else list(tokens)
-        by_size = {b: hasher.hashes(tokens) for b, hasher in self.hashers.items()}
-        keys_by_size = {b: torch.cat([h, torch.tensor([ROOT])]) for b, h in by_size.items()}
-        hashes = [by_size[g.block_size] for g in self.groups]
-        keys = [keys_by_size[g.block_size] for g in self.groups]
+        num_tokens = len(tokens)
+        held = {d: hasher.hashes(tokens) for d, hasher in self.hashers.items()}
+        by_shape: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        for g, u in zip(self.groups, self.units):
+            shape = (u, key_offset(g))
+            if shape not in by_shape:
+                by_shape[shape] = unit_keys(held[gcd(*shape)], *shape, num_tokens)
+        shapes = [by_shape[u, key_offset(g)] for g, u in zip(self.groups, self.units)]
         key_bound = max(h.bound for h in self.hashers.values())
         self.pool.reserve(key_bound)
         # Like the hashes, the plan of the usual lookup (max_length = T - 1) is made
         # when the request arrives.
-        self.plan_for(len(tokens), len(tokens) - 1)
-        return Request(tokens, hashes, [[] for _ in self.groups], keys, key_bound)
+        self.plan_for(num_tokens, num_tokens - 1)
+        return Request(
+            tokens,
+            [hashes for hashes, _ in shapes],
+            [[] for _ in self.groups],
+            [keys for _, keys in shapes],
+            key_bound,
+            held,
+        )
 
     def plan_for(self, num_tokens: int, max_length: int) -> LookupPlan:
         """The plan of a lookup of at most ``max_length`` tokens for a request of
         ``num_tokens`` (a hit always leaves the request at least one token to compute)."""
         top = min(max_length, num_tokens - 1) // self.alignment * self.alignment
-        return lookup_plan(self.groups, self.alignment, top, num_tokens)
+        return lookup_plan(self.unit_groups, self.alignment, top, num_tokens)
 
     def cached_ids(self, request: Request) -> list[torch.Tensor]:
-        """Per group, the cached block holding each of the request's blocks, or -1."""
+        """Per group, the cached block holding each of the request's keyed units, or -1."""
         return [self.pool.lookup(i, h) for i, h in enumerate(request.hashes)]
 
     def find_longest_cache_hit(self, request: Request, max_length: int) -> CacheHit:
@@ -157,38 +202,87 @@ class Coordinator:
         ok = valid_at(plan.plan, miss_sums(torch.cat(ids) < 0)).amin(0)
         length = int(torch.where(ok, plan.lengths, 0).max())
         first, reused = [], []
-        for g, group_ids in zip(self.groups, ids):
+        for i, (g, group_ids) in enumerate(zip(self.unit_groups, ids)):
             lo, hi = reused_range(g, length) if length else (0, 0)
-            first.append(lo)
-            reused.append(group_ids[lo:hi])
+            block_first, unit_ids = self.reused_blocks(i, lo, hi, group_ids)
+            first.append(block_first)
+            reused.append(unit_ids)
         return CacheHit(length, tuple(first), reused)
+
+    def reused_blocks(
+        self, group: int, lo: int, hi: int, ids: torch.Tensor
+    ) -> tuple[int, torch.Tensor]:
+        """The blocks holding the units ``[lo, hi)`` of a group, given each unit's cached
+        block ``ids``: the first block index, and each block's physical id, that of the
+        block found through its last unit in the range (which holds every unit of the
+        block before it)."""
+        per = self.per_block(group)
+        if per == 1:
+            return lo, ids[lo:hi]
+        first = lo // per
+        end = -(-hi // per) if hi > lo else first
+        last = torch.clamp(torch.arange(first, end) * per + per - 1, max=hi - 1)
+        return first, ids[last]
 
     def snapshot(self, request: Request, max_length: int | None = None) -> dict[str, Any]:
         """The cache state the request sees, as a normalized protocol query."""
-        rows = tuple(tuple((i >= 0).tolist()) for i in self.cached_ids(request))
+        rows = tuple(
+            coarse_row(g, u, tuple((i >= 0).tolist()))
+            for g, u, i in zip(self.groups, self.units, self.cached_ids(request))
+        )
         if max_length is None:
             max_length = request.num_tokens - 1
-        return Query(self.groups, rows, max_length, request.num_tokens, self.alignment).to_json()
+        return Query(
+            self.groups, rows, max_length, request.num_tokens, self.alignment, self.hash_unit
+        ).to_json()
 
-    def allocate(self, request: Request, hit: CacheHit) -> None:
+    def tables_at(self, request: Request, length: int) -> list[list[int]]:
+        """Per group, the block table that reads the cache as a hit of ``length`` would:
+        each block before ``length`` is the block found through its last unit before
+        ``length``, or the null block when that unit is not cached."""
+        tables = []
+        for i, (ids, u) in enumerate(zip(self.cached_ids(request), self.units)):
+            _, blocks = self.reused_blocks(i, 0, min(length // u, ids.numel()), ids)
+            table = torch.where(blocks >= 0, blocks, NULL_BLOCK).tolist()
+            count = -(-length // self.groups[i].block_size)
+            tables.append(table + [NULL_BLOCK] * (count - len(table)))
+        return tables
+
+    def allocate(self, request: Request, hit: CacheHit, copy: Copy | None = None) -> None:
         """Give the request its block tables: the hit's blocks, then new ones.
 
         Every group's hit blocks are taken before any group's new blocks: a new block
         comes from the free queue, which also holds the cached blocks nobody runs on,
         and taking one of another group's hit blocks there would overwrite what that
         group is about to reuse.
+
+        A block the hit ends inside (a hit that is not a multiple of b) is reused by a
+        copy, since the request writes the rest of it: the request gets a new block,
+        ``copy`` fills it from the cached one, which is then released. Without ``copy``
+        (no data to move) only the blocks change.
         """
         for blocks in hit.blocks:
             self.pool.touch(blocks)
-        request.tables = [
-            m.allocate(blocks, first, request.num_tokens)
-            for m, first, blocks in zip(self.managers, hit.first, hit.blocks)
-        ]
+        request.tables, request.filled_from = [], []
+        for i, (m, first, blocks) in enumerate(zip(self.managers, hit.first, hit.blocks)):
+            b = self.groups[i].block_size
+            partial = bool(hit.length % b and blocks)
+            kept = blocks[:-1] if partial else blocks
+            table = m.allocate(kept, first, request.num_tokens)
+            if partial:
+                if copy is not None:
+                    copy(i, blocks[-1], table[first + len(kept)])
+                self.pool.free(blocks[-1:])
+            request.tables.append(table)
+            # A hit inside a block that reuses nothing of it (a one-token window, a
+            # chunk starting there) leaves the block's first tokens uncomputed.
+            request.filled_from.append(first if blocks else -(-hit.length // b))
 
     def cache_full_blocks(self, request: Request) -> None:
-        """After prefill: cache every full block of the request."""
-        for m, table, hashes in zip(self.managers, request.tables, request.hashes):
-            m.cache_full_blocks(table, hashes)
+        """After prefill: cache every block the request filled, a partially filled one
+        up to its last keyed unit."""
+        for i, (m, table, hashes) in enumerate(zip(self.managers, request.tables, request.hashes)):
+            m.cache_full_blocks(table, hashes, self.per_block(i), request.filled_from[i])
 
     def drop_skipped(self, request: Request) -> None:
         """Free the blocks no token after the request's last one reads."""
@@ -201,18 +295,63 @@ class Coordinator:
             m.free(table)
         if request.holding:
             request.holding = False
-            by_size = {g.block_size: hashes for g, hashes in zip(self.groups, request.hashes)}
-            for b, hashes in by_size.items():
-                self.hashers[b].release(hashes)
+            for d, hashes in request.held.items():
+                self.hashers[d].release(hashes)
 
     def preload(self, request: Request, rows: Sequence[Sequence[bool]]) -> None:
-        """Make the pool hold exactly the blocks ``rows[g][j]`` of the request's blocks,
-        cached and free (block j of a row past the request's full blocks is ignored)."""
+        """Make the pool hold exactly the units ``rows[g][i]`` of the request's keyed
+        units (one bit per unit, as in :func:`~kvhit.model.spec.fine_query`; a unit
+        past the request's keyed units is ignored), cached and free. Each block is
+        cached through its last held unit: its chain from its first unit to that one."""
         held = []
         for i, (row, hashes) in enumerate(zip(rows, request.hashes)):
-            for j, hash_id in enumerate(hashes[: len(row)].tolist()):
-                if row[j]:
+            per, ids = self.per_block(i), hashes.tolist()
+            for start in range(0, min(len(row), len(ids)), per):
+                bits = row[start : min(start + per, len(ids))]
+                last = max((k for k, bit in enumerate(bits) if bit), default=None)
+                if last is not None:
+                    chain = ids[start : start + last + 1]
                     block = self.pool.allocate()
-                    self.pool.cache(block, i, hash_id)
+                    self.pool.cache(block, i, chain, self.managers[i].findable(chain))
                     held.append(block)
         self.pool.free(held)
+
+
+def unit_keys(
+    hashes: torch.Tensor, unit: int, offset: int, num_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A request's unit keys from its chained hashes at granularity d = gcd(unit,
+    offset) (``hashes[k]``: the key of its first (k+1)·d tokens): the key of each unit
+    that has one (unit i's covers the first (i+1)·unit + offset tokens), and the lookup
+    keys, those followed by :data:`~kvhit.impl.hashing.ROOT` through unit T // unit."""
+    d = gcd(unit, offset)
+    count = keyed_units(unit, offset, num_tokens)
+    if d == unit and offset == 0:
+        keyed = hashes[:count]
+    else:
+        keyed = hashes[torch.arange(count) * (unit // d) + (unit + offset) // d - 1]
+    pad = torch.full((num_tokens // unit + 1 - count,), ROOT, dtype=torch.int64)
+    return keyed, torch.cat([keyed, pad])
+
+
+def coarse_row(g: Group, unit: int, bits: Sequence[bool]) -> tuple[Any, ...]:
+    """A row of group g's blocks from one bit per unit: a block is ``True``, ``False``
+    or partially filled (:class:`~kvhit.model.spec.Upto`), whichever has these bits as
+    its :func:`~kvhit.model.spec.fine_row`."""
+    per = g.block_size // unit
+    if per == 1:
+        return tuple(bits)
+    row: list[Any] = []
+    for j in range(0, len(bits), per):
+        held = [k for k, bit in enumerate(bits[j : j + per]) if bit]
+        if not held:
+            row.append(False)
+        elif held[-1] == per - 1:
+            row.append(True)
+        else:
+            row.append(Upto(j * unit + (held[-1] + 1) * unit))
+    # A block's bits are what one cached block holds (BlockPool.cache), so they are
+    # always one entry's; a partial last block past the keyed units reads as not held.
+    shown = fine_row(g, row, unit)
+    assert shown[: len(bits)] == tuple(bits), f"units {bits} are no row of {g.describe()}"
+    return tuple(row)

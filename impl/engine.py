@@ -51,9 +51,10 @@ class Engine:
         alignment: int | None = None,
         seed: int = 0,
         dim: int = 8,
+        hash_unit: int | None = None,
     ):
-        self.coord = Coordinator(groups, num_blocks, alignment)
-        self.model = TinyHybrid(groups, seed, dim)
+        self.coord = Coordinator(groups, num_blocks, alignment, hash_unit)
+        self.model = TinyHybrid(groups, seed, dim, units=self.coord.units)
         self.store = PagedStore(groups, num_blocks, dim)
 
     def admit(self, tokens: Sequence[int]) -> tuple[Request, Served] | None:
@@ -64,7 +65,7 @@ class Engine:
         hit = self.coord.find_longest_cache_hit(request, request.num_tokens - 1)
         if fresh_blocks(self.coord, request, hit) > free_blocks(self.coord.pool, hit):
             return None
-        self.coord.allocate(request, hit)
+        self.coord.allocate(request, hit, self.store.copy)
         tables = [list(table) for table in request.tables]
         result = self.model.prefill(request.tokens, hit.length, request.tables, self.store)
         self.store.write(request.tables, result)
@@ -87,12 +88,10 @@ class Engine:
 
     def serve_from(self, tokens: Sequence[int], length: int) -> Prefill:
         """Prefill from ``length`` whatever the cache holds, without changing it: every
-        block below ``length`` is its cached copy or, when not cached, the null block."""
+        block below ``length`` is its cached copy or, when not cached, the null block
+        (:meth:`Coordinator.tables_at`)."""
         request = self.coord.request(tokens)
-        tables = [
-            torch.where(ids >= 0, ids, NULL_BLOCK).tolist()
-            for ids in self.coord.cached_ids(request)
-        ]
+        tables = self.coord.tables_at(request, length)
         self.coord.free(request)
         return self.model.prefill(request.tokens, length, tables, self.store)
 
@@ -102,9 +101,13 @@ class Engine:
 
 
 def fresh_blocks(coord: Coordinator, request: Request, hit: CacheHit) -> int:
-    """How many new blocks the request needs after its hit, over every group."""
+    """How many new blocks the request needs after its hit, over every group (a block
+    the hit ends inside is copied into a new one)."""
     return sum(
-        -(-request.num_tokens // g.block_size) - first - len(blocks)
+        -(-request.num_tokens // g.block_size)
+        - first
+        - len(blocks)
+        + bool(hit.length % g.block_size and blocks)
         for g, first, blocks in zip(coord.groups, hit.first, hit.blocks)
     )
 

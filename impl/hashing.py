@@ -30,10 +30,28 @@ from types import MappingProxyType
 
 import torch
 
+from kvhit.model.spec import Drafter, Group
+
 ROOT = 0
 """The parent id of block 0 (never a block's id)."""
 
 Key = tuple[int, tuple[int, ...]]
+
+
+def key_offset(g: Group) -> int:
+    """How many tokens past its end a unit's key covers: a lookahead drafter's La
+    (the key of the unit ending at e is the key of the prefix of e + La tokens), else 0."""
+    return g.lookahead if g.drafter == Drafter.LOOKAHEAD else 0
+
+
+def keyed_units(unit: int, offset: int, num_tokens: int) -> int:
+    """How many of a request's units of ``unit`` tokens have a key covering ``offset``
+    tokens more: those ending by T - offset.
+
+    >>> keyed_units(4, 3, 10), keyed_units(4, 0, 10), keyed_units(2, 9, 4)
+    (1, 2, 0)
+    """
+    return max(0, (num_tokens - offset) // unit)
 
 
 NO_CHILDREN: Mapping[tuple[int, ...], int] = MappingProxyType({})

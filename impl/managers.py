@@ -53,11 +53,26 @@ class GroupManager(ABC):
         fresh = [self.pool.allocate() for _ in range(count - first - len(reused))]
         return [NULL_BLOCK] * first + list(reused) + fresh
 
-    def cache_full_blocks(self, table: list[int], hashes: torch.Tensor) -> None:
-        """Cache every full block of the request (already cached hashes are kept)."""
-        for j, hash_id in enumerate(hashes.tolist()):
+    def cache_full_blocks(
+        self, table: list[int], keys: torch.Tensor, per_block: int, start: int = 0
+    ) -> None:
+        """Cache the request's blocks from block index ``start`` on (those it holds from
+        their first token), each under the keys of its units (``keys``: one per unit
+        that has a key, ``per_block`` units a block); a partially filled block is
+        cached up to its last keyed unit. Already cached blocks are kept
+        (:meth:`BlockPool.cache`)."""
+        ids = keys.tolist()
+        for j in range(start, len(table)):
+            chain = ids[j * per_block : (j + 1) * per_block]
+            if not chain:
+                return
             if table[j] != NULL_BLOCK:
-                self.pool.cache(table[j], self.index, hash_id)
+                self.pool.cache(table[j], self.index, chain, self.findable(chain))
+
+    def findable(self, chain: list[int]) -> list[int]:
+        """The keys a block cached under ``chain`` is found through: every unit it
+        holds (attention)."""
+        return chain
 
     def drop_skipped(self, table: list[int], num_computed: int) -> None:
         """Free the blocks before :meth:`first_kept`; they stay cached until evicted."""
@@ -94,7 +109,12 @@ class ChunkedLocalManager(GroupManager):
 
 
 class MambaManager(GroupManager):
-    """The token at p reads only the state at the last block boundary before it."""
+    """The token at p reads only the state at the last block boundary before it. A
+    block holds one state, at its end or (partially filled) at its last keyed unit,
+    so it is found through that unit's key only."""
+
+    def findable(self, chain: list[int]) -> list[int]:
+        return chain[-1:]
 
     def first_kept(self, num_computed: int) -> int:
         return max(0, num_computed // self.group.block_size - 1)

@@ -12,9 +12,18 @@ for all of a request's blocks in one indexing operation. When the pool is given 
 group's :class:`~kvhit.impl.hashing.BlockHasher`, a cached block holds its hash id
 there, so an evicted block's key is released.
 
+A block is cached under a *chain*: the keys of its hash units, from the block's first
+unit to the last one it holds (one key per block without a hash unit; with one, a
+partially filled block's chain stops at its fine boundary). Attention is found
+through every key of its chain, a Mamba state only through the last (the unit it is
+the state at). The chain's first key is the block's *anchor*: among the blocks of
+one prefix at one block position, at most one is cached, so what a request finds of
+a block is always one block's chain (a prefix of its units, or one state), which
+is what a protocol row can say (``true``, ``{"upto": p}``, ``false``).
+
     >>> pool = BlockPool(num_blocks=3, num_groups=1)
     >>> a, b = pool.allocate(), pool.allocate()
-    >>> pool.cache(a, group=0, hash_id=5)
+    >>> pool.cache(a, group=0, chain=[5])
     True
     >>> pool.free([a, b])
     >>> pool.lookup(0, torch.tensor([5, 6])).tolist()
@@ -27,12 +36,23 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from kvhit.impl.hashing import BlockHasher
 
 NULL_BLOCK = 0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """How a block is cached: in ``group``, under the keys ``chain`` (its units from
+    the block's first on), found through ``findable`` (all of them, or the last)."""
+
+    group: int
+    chain: tuple[int, ...]
+    findable: tuple[int, ...]
 
 
 class PoolExhausted(RuntimeError):
@@ -49,7 +69,9 @@ class BlockPool:
             raise ValueError("a pool needs at least the null block")
         self.hashers = hashers
         self.ref_cnt = [0] * num_blocks
-        self.key: list[tuple[int, int] | None] = [None] * num_blocks
+        self.key: list[Entry | None] = [None] * num_blocks
+        self.anchors: list[dict[int, tuple[int, tuple[int, ...]]]] = [{} for _ in range(num_groups)]
+        """Per group, anchor key -> the block cached there and its chain."""
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.tables = [torch.full((0,), -1, dtype=torch.int64) for _ in range(num_groups)]
 
@@ -101,27 +123,48 @@ class BlockPool:
             if self.ref_cnt[block] == 0:
                 self.free_queue[block] = None
 
-    def cache(self, block: int, group: int, hash_id: int) -> bool:
-        """Make ``block`` the cached copy of ``hash_id`` in ``group``.
+    def cache(
+        self,
+        block: int,
+        group: int,
+        chain: Sequence[int],
+        findable: Sequence[int] | None = None,
+    ) -> bool:
+        """Make ``block`` the cached copy of the units ``chain`` (their keys, from the
+        block's first unit on) in ``group``, found through ``findable`` (default: every
+        key of the chain).
 
-        Returns False (and caches nothing) when that hash is already cached: the
-        earlier copy stays the one that is hit.
+        Returns False (and caches nothing) when a block of the same anchor is cached
+        that this one does not extend: the earlier copy stays the one that is hit. A
+        cached block whose chain is a strict prefix of this one's (a partially filled
+        block this one completes further) gives way to it.
         """
-        self.reserve(hash_id + 1)
+        chain = tuple(chain)
+        anchored = self.anchors[group].get(chain[0])
+        if anchored is not None:
+            holder, theirs = anchored
+            if len(theirs) >= len(chain) or theirs != chain[: len(theirs)]:
+                return False
+            self.uncache(holder)
+        entry = Entry(group, chain, chain if findable is None else tuple(findable))
+        self.reserve(max(entry.findable) + 1)
         table = self.tables[group]
-        if table[hash_id] >= 0:
-            return False
-        table[hash_id] = block
-        self.key[block] = (group, hash_id)
+        for hash_id in entry.findable:
+            table[hash_id] = block
+        self.anchors[group][chain[0]] = (block, chain)
+        self.key[block] = entry
         if self.hashers is not None:
-            self.hashers[group].hold(hash_id)
+            self.hashers[group].hold(chain[-1])
         return True
 
     def uncache(self, block: int) -> None:
         """Forget the cached data of ``block`` (eviction)."""
-        key = self.key[block]
-        if key is not None:
-            self.tables[key[0]][key[1]] = -1
+        entry = self.key[block]
+        if entry is not None:
+            table = self.tables[entry.group]
+            for hash_id in entry.findable:
+                table[hash_id] = -1
+            del self.anchors[entry.group][entry.chain[0]]
             self.key[block] = None
             if self.hashers is not None:
-                self.hashers[key[0]].drop(key[1])
+                self.hashers[entry.group].drop(entry.chain[-1])

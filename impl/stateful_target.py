@@ -40,13 +40,24 @@ class StatefulImpl:
         # (This sets torch's thread count for the whole process.)
         torch.set_num_threads(1)
         groups = [parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"])]
-        self.engine = Engine(groups, config["num_blocks"], config.get("alignment"), seed, dim=4)
+        self.engine = Engine(
+            groups,
+            config["num_blocks"],
+            config.get("alignment"),
+            seed,
+            dim=4,
+            hash_unit=config.get("hash_unit"),
+        )
         self.requests: dict[int, Request] = {}
 
     def snapshot(self, tokens: Sequence[int]) -> dict[str, Any]:
-        """Which full blocks of ``tokens`` each group finds cached."""
+        """Which blocks of ``tokens`` each group finds cached (with a hash unit, a
+        partially filled one as ``{"upto": p}``)."""
         coord = self.engine.coord
-        return {"cached": [(ids >= 0).tolist() for ids in coord.cached_ids(coord.request(tokens))]}
+        request = coord.request(tokens)
+        cached = coord.snapshot(request)["cached"]
+        coord.free(request)
+        return {"cached": cached}
 
     def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
         """Serve a new prompt from its hit; its blocks stay held until :meth:`finish`."""

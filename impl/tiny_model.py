@@ -3,8 +3,9 @@
 One layer per KV cache group, of that group's kind: causal full attention, sliding
 window attention (the token at p sees keys p - t … p; t = w - 1 for an inclusive window), chunked local attention
 (keys from the start of p's chunk to p), or a linear recurrence standing in for
-Mamba (h_p = a·h_{p-1} + x_p·W_in, out = h_p·W_out; its state is stored at every
-block boundary). Random weights, float64, seeded.
+Mamba (h_p = a·h_{p-1} + x_p·W_in, out = h_p·W_out; a block stores one state: at
+its end, or, for a block the request's keys stop inside, at its last keyed unit,
+as a partially filled block). Random weights, float64, seeded.
 
 :meth:`TinyHybrid.prefill` computes tokens ``start`` … T-1. What it needs of tokens
 before ``start`` it takes from :class:`PagedStore`, and only the blocks its own
@@ -20,6 +21,10 @@ cached (the null block), so any read the spec did not allow shows up as NaN.
     >>> again = model.prefill([1, 2, 3, 4, 5], 4, [[0, 2]], store)
     >>> again.reads, bool((again.logits - first.logits[4:]).abs().max() < 1e-12)
     ([[1]], True)
+
+A prefill may start inside a block (a hit of a multiple of the hash unit): attention
+reads the first tokens of that block from the cache, the recurrence the state at
+exactly ``start``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvhit.impl.hashing import key_offset, keyed_units
 from kvhit.model.spec import Group, Kind, window_before
 
 Tables = Sequence[Sequence[int]]
@@ -67,6 +73,7 @@ class PagedStore:
     indexed by physical block id; everything starts as NaN."""
 
     def __init__(self, groups: Sequence[Group], num_blocks: int, dim: int):
+        self.groups = tuple(groups)
         self.data = [
             torch.full(
                 (num_blocks, dim) if is_recurrent(g) else (num_blocks, g.block_size, 2, dim),
@@ -77,28 +84,50 @@ class PagedStore:
         ]
 
     def write(self, tables: Tables, result: Prefill) -> None:
-        """Store the KV and states a prefill computed into the request's blocks."""
-        for data, table, new in zip(self.data, tables, result.new):
-            for j, value in new.items():
-                data[table[j]] = value
+        """Store the KV and states a prefill computed into the request's blocks: KV
+        token by token from ``result.start`` on (a block's earlier tokens stay as they
+        are), states into their blocks."""
+        for g, data, table, new in zip(self.groups, self.data, tables, result.new):
+            if isinstance(new, dict):
+                for j, state in new.items():
+                    data[table[j]] = state
+                continue
+            positions = torch.arange(result.start, result.start + new.shape[0])
+            blocks = torch.tensor(table, dtype=torch.int64)[positions // g.block_size]
+            data[blocks, positions % g.block_size] = new
+
+    def copy(self, group: int, source: int, destination: int) -> None:
+        """Copy block ``source``'s data of group ``group`` into block ``destination``."""
+        self.data[group][destination] = self.data[group][source]
 
 
 @dataclass
 class Prefill:
     """What a prefill from ``start`` produced: logits for tokens start … T-1, the block
-    indices each group read from the cache, and per group the new block contents
-    (block index -> KV of the block's computed tokens, or state at its end)."""
+    indices each group read from the cache, and per group what it computed: an
+    attention layer's KV of tokens start … T-1, a recurrence's states (block index ->
+    the state the block stores)."""
 
+    start: int
     logits: torch.Tensor
     reads: list[list[int]]
-    new: list[dict[int, torch.Tensor]]
+    new: list[torch.Tensor | dict[int, torch.Tensor]]
 
 
 class TinyHybrid:
     """The model: an embedding, one residual layer per group, a linear head."""
 
-    def __init__(self, groups: Sequence[Group], seed: int, dim: int = 8, vocab: int = 16):
+    def __init__(
+        self,
+        groups: Sequence[Group],
+        seed: int,
+        dim: int = 8,
+        vocab: int = 16,
+        units: Sequence[int] | None = None,
+    ):
         self.groups = tuple(groups)
+        self.units = tuple(units) if units is not None else tuple(g.block_size for g in groups)
+        """Each group's hash unit: where a partially filled block's state is stored."""
         self.dim = dim
         gen = torch.Generator().manual_seed(seed)
 
@@ -117,7 +146,7 @@ class TinyHybrid:
     ) -> Prefill:
         """Compute tokens ``start`` … T-1, reading tokens before ``start`` from the cache.
 
-        ``start`` is a multiple of every group's block size.
+        ``start`` is a multiple of every group's unit.
         """
         x = self.embed[torch.tensor(tokens[start:], dtype=torch.int64)]
         reads, new = [], []
@@ -127,7 +156,7 @@ class TinyHybrid:
             x = x + out
             reads.append(read)
             new.append(blocks)
-        return Prefill(x @ self.head, reads, new)
+        return Prefill(start, x @ self.head, reads, new)
 
     def attention(
         self,
@@ -137,22 +166,24 @@ class TinyHybrid:
         total: int,
         table: Sequence[int],
         store: PagedStore,
-    ) -> tuple[torch.Tensor, list[int], dict[int, torch.Tensor]]:
-        """One attention layer over the new tokens; past KV gathered block by block."""
+    ) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+        """One attention layer over the new tokens; past KV gathered block by block
+        (the block ``start`` falls inside, if any, included)."""
         g, (wq, wk, wv, wo) = self.groups[i], self.layers[i]
         b = g.block_size
         mask = attends(g, torch.arange(start, total)[:, None], torch.arange(total)[None, :])
         needed = mask[:, :start].any(0).nonzero().flatten()
         reads = torch.unique(needed // b)
-        past = torch.full((start // b, b, 2, self.dim), math.nan, dtype=torch.float64)
+        past = torch.full((-(-start // b), b, 2, self.dim), math.nan, dtype=torch.float64)
         past[reads] = store.data[i][torch.tensor(table, dtype=torch.int64)[reads]]
-        kv = torch.cat([past.reshape(start, 2, self.dim), torch.stack([x @ wk, x @ wv], 1)])
+        past = past.reshape(-1, 2, self.dim)[:start]
+        kv = torch.cat([past, torch.stack([x @ wk, x @ wv], 1)])
         scores = torch.where(mask, (x @ wq) @ kv[:, 0].T / math.sqrt(self.dim), -math.inf)
         weights = torch.softmax(scores, -1)
         # 0 * NaN is NaN: zero the keys the mask hides instead of multiplying by 0.
         values = torch.where(mask[..., None], kv[None, :, 1], 0.0)
         out = (weights[..., None] * values).sum(1) @ wo
-        return out, reads.tolist(), self.new_blocks(kv[start:], start, total, b)
+        return out, reads.tolist(), kv[start:]
 
     def recurrence(
         self,
@@ -163,25 +194,18 @@ class TinyHybrid:
         table: Sequence[int],
         store: PagedStore,
     ) -> tuple[torch.Tensor, list[int], dict[int, torch.Tensor]]:
-        """The linear recurrence, continuing from the state stored at ``start``."""
+        """The linear recurrence, continuing from the state stored at ``start`` (in
+        the block of token start - 1). Each block stores its state at its end, or at
+        the end of the request's last keyed unit if that falls inside it."""
         g, (w_in, w_out, _, _), decay = self.groups[i], self.layers[i], self.decay[i]
-        b = g.block_size
-        reads = [start // b - 1] if start else []
+        b, unit = g.block_size, self.units[i]
+        keyed_end = keyed_units(unit, key_offset(g), total) * unit
+        reads = [(start - 1) // b] if start else []
         h = store.data[i][table[reads[0]]] if start else torch.zeros(self.dim, dtype=torch.float64)
         outs, states = [], {}
         for p in range(start, total):
             h = decay * h + x[p - start] @ w_in
             outs.append(h @ w_out)
-            if (p + 1) % b == 0:
+            if (p + 1) % b == 0 and p < keyed_end or p + 1 == keyed_end:
                 states[p // b] = h
         return torch.stack(outs), reads, states
-
-    @staticmethod
-    def new_blocks(kv: torch.Tensor, start: int, total: int, b: int) -> dict[int, torch.Tensor]:
-        """The new KV cut into blocks (a partial last block is padded with NaN)."""
-        count = -(-total // b) - start // b
-        padded = torch.full((count * b, *kv.shape[1:]), math.nan, dtype=torch.float64)
-        padded[: kv.shape[0]] = kv
-        return {
-            start // b + j: block for j, block in enumerate(padded.reshape(count, b, *kv.shape[1:]))
-        }

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvhit.impl.coordinator import CacheHit, Coordinator
 from kvhit.impl.hashing import ROOT, BlockHasher
-from kvhit.impl.pool import NULL_BLOCK, BlockPool, PoolExhausted
+from kvhit.impl.pool import NULL_BLOCK, BlockPool, Entry, PoolExhausted
 from kvhit.model.spec import Group
 
 tokens = st.lists(st.integers(0, 2), max_size=12)
@@ -41,7 +41,7 @@ def test_eviction_takes_the_least_recently_freed_block_and_forgets_its_hash() ->
     pool = BlockPool(num_blocks=4, num_groups=1)
     a, b, c = (pool.allocate() for _ in range(3))
     for hash_id, block in enumerate((a, b, c), 1):
-        assert pool.cache(block, 0, hash_id)
+        assert pool.cache(block, 0, [hash_id])
     pool.free([b])
     pool.free([c, a])
     assert pool.lookup(0, torch.tensor([1, 2, 3])).tolist() == [a, b, c]
@@ -54,7 +54,7 @@ def test_eviction_takes_the_least_recently_freed_block_and_forgets_its_hash() ->
 def test_touching_a_free_cached_block_saves_it_from_eviction() -> None:
     pool = BlockPool(num_blocks=3, num_groups=1)
     a, b = pool.allocate(), pool.allocate()
-    pool.cache(a, 0, 7)
+    pool.cache(a, 0, [7])
     pool.free([a, b])
     pool.touch([a])
     assert pool.ref_cnt[a] == 1
@@ -65,9 +65,9 @@ def test_touching_a_free_cached_block_saves_it_from_eviction() -> None:
 def test_a_hash_already_cached_keeps_its_first_block() -> None:
     pool = BlockPool(num_blocks=3, num_groups=2)
     a, b = pool.allocate(), pool.allocate()
-    assert pool.cache(a, 0, 4)
-    assert not pool.cache(b, 0, 4)
-    assert pool.cache(b, 1, 4)
+    assert pool.cache(a, 0, [4])
+    assert not pool.cache(b, 0, [4])
+    assert pool.cache(b, 1, [4])
     assert pool.lookup(0, torch.tensor([4])).tolist() == [a]
     assert pool.lookup(1, torch.tensor([4])).tolist() == [b]
 
@@ -191,7 +191,7 @@ def test_no_group_takes_a_block_another_group_is_about_to_reuse() -> None:
         for g, (first, blocks) in enumerate(zip(hit.first, hit.blocks)):
             hashes = request.hashes[g].tolist()
             assert [coord.pool.key[b] for b in blocks] == [
-                (g, hashes[j]) for j in range(first, first + len(blocks))
+                Entry(g, (hashes[j],), (hashes[j],)) for j in range(first, first + len(blocks))
             ]
         coord.cache_full_blocks(request)
         coord.drop_skipped(request)

@@ -8,6 +8,10 @@ through a small pool so that blocks are dropped and evicted. For every prompt:
 - the hit and the reused blocks equal the model's answer on the snapshot;
 - for every candidate L, the model reads exactly the spec's blocks at L, and its
   output is right when every layer can serve L and NaN when one cannot.
+
+Fine workloads add a hash unit h (hits inside a block, partially filled blocks
+cached at their fine boundaries) and drafters of every behaviour, lookahead keys
+included.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ from math import lcm
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_impl_fine import spec_answer
 
 from kvhit.harness.random_cases import make_group
 from kvhit.impl.engine import Engine
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, reused_blocks, valid
-from kvhit.targets.registry import model_target
+from kvhit.model.spec import DRAFTERS, Drafter, Group, answer_at, fine_query, valid
 
 VOCAB = 4
 
@@ -37,10 +41,13 @@ class Workload:
     num_blocks: int
     alignment: int | None
     prompts: list[list[int]]
+    hash_unit: int | None = None
 
     def engine(self, seed: int) -> Engine:
         """A fresh engine for this workload."""
-        return Engine(self.groups, self.num_blocks, self.alignment, seed=seed, dim=4)
+        return Engine(
+            self.groups, self.num_blocks, self.alignment, seed=seed, dim=4, hash_unit=self.hash_unit
+        )
 
 
 def random_group(rng: random.Random, kind: str) -> Group:
@@ -54,11 +61,27 @@ def random_group(rng: random.Random, kind: str) -> Group:
     )
 
 
-def random_workload(rng: random.Random, requests: int = 6) -> Workload:
-    """Prompts that branch off a few roots, and a pool just big enough to evict."""
+def fine_group(rng: random.Random, kind: str, unit: int) -> Group:
+    """A group of ``kind`` whose block size is a multiple of ``unit``, with any drafter
+    the kind allows (a lookahead of 0 to 4 tokens)."""
+    g = random_group(rng, kind)
+    drafter = rng.choice((None, *DRAFTERS[g.kind]))
+    lookahead = rng.randint(0, 4) if drafter == Drafter.LOOKAHEAD else 0
+    return replace(g, block_size=unit * rng.choice((1, 2, 4)), drafter=drafter, lookahead=lookahead)
+
+
+def random_workload(rng: random.Random, requests: int = 6, fine: bool = False) -> Workload:
+    """Prompts that branch off a few roots, and a pool just big enough to evict; a fine
+    workload has a hash unit and drafters."""
     kinds = ["full", "sliding_window", "chunked_local", "mamba"]
-    groups = [random_group(rng, k) for k in rng.sample(kinds, rng.randint(2, 4))]
-    step = lcm(*(g.block_size for g in groups))
+    chosen = rng.sample(kinds, rng.randint(2, 4))
+    unit = rng.choice((1, 2)) if fine else None
+    if unit is None:
+        groups = [random_group(rng, k) for k in chosen]
+        step = lcm(*(g.block_size for g in groups))
+    else:
+        groups = [fine_group(rng, k, unit) for k in chosen]
+        step = unit
     alignment = step * 2 if rng.random() < 0.2 else None
     roots = [[rng.randrange(VOCAB) for _ in range(24)] for _ in range(2)]
     prompts = []
@@ -68,7 +91,7 @@ def random_workload(rng: random.Random, requests: int = 6) -> Workload:
         prompts.append(root[:cut] + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 8))])
     longest = max(map(len, prompts))
     need = sum(-(-longest // g.block_size) for g in groups) + 1
-    return Workload(groups, need + rng.randint(0, need), alignment, prompts)
+    return Workload(groups, need + rng.randint(0, need), alignment, prompts, unit)
 
 
 def base(g: Group) -> Group:
@@ -79,13 +102,16 @@ def base(g: Group) -> Group:
 def check_every_candidate(engine: Engine, prompt: list[int], scratch: torch.Tensor) -> int:
     """Serve ``prompt`` from every candidate L in the current cache; return how many
     candidates were poisoned (some layer could not serve them)."""
-    q = parse_query(engine.coord.snapshot(engine.coord.request(prompt)))
+    request = engine.coord.request(prompt)
+    q = parse_query(engine.coord.snapshot(request))
+    engine.coord.free(request)
+    fine = fine_query(q)
     poisoned = 0
     for length in q.candidates():
         result = engine.serve_from(prompt, length)
-        assert result.reads == [reused_blocks(g, length) for g in q.groups]
+        assert result.reads == [list(blocks) for blocks in answer_at(q, length).blocks]
         servable = all(
-            valid(base(g), row, length, q.num_tokens) for g, row in zip(q.groups, q.cached)
+            valid(base(g), row, length, q.num_tokens) for g, row in zip(fine.groups, fine.cached)
         )
         if servable:
             assert (result.logits - scratch[length:]).abs().max() <= 1e-12
@@ -106,7 +132,7 @@ def serve_and_check(workload: Workload, seed: int, every_candidate: bool) -> int
             poisoned += check_every_candidate(engine, prompt, scratch)
         served = engine.serve(prompt)
         assert served.hit.length % engine.coord.alignment == 0
-        expected = model_target(served.snapshot)
+        expected = spec_answer(parse_query(served.snapshot))
         assert {"length": served.hit.length, "blocks": served.hit.indices()} == expected
         assert not served.prefill.logits.isnan().any()
         assert (served.prefill.logits - scratch[served.hit.length :]).abs().max() <= 1e-12
@@ -135,6 +161,58 @@ def test_workloads_reach_hits_drops_and_evictions() -> None:
             # A cached block after a missing one: only eviction makes that.
             holes += any("01" in row for row in rows)
     assert hits > 20 and holes > 10
+
+
+def test_fine_workloads_serve_sub_block_hits_from_the_cache() -> None:
+    """With a hash unit: hits inside a block happen, are served from a copy of the
+    partially filled block (and, for Mamba, the state at exactly L), and equal the
+    output from scratch; every candidate reads the spec's units and is NaN when one
+    is missing (a fine state, or tokens of a partial block)."""
+    rng = random.Random(30)
+    sub_block = poisoned = 0
+    for seed in range(25):
+        workload = random_workload(rng, requests=6, fine=True)
+        poisoned += serve_and_check(workload, seed, every_candidate=True)
+        engine = workload.engine(seed)
+        for prompt in workload.prompts:
+            served = engine.serve(prompt)
+            sub_block += any(served.hit.length % g.block_size for g in workload.groups)
+    assert sub_block > 10 and poisoned > 0
+
+
+def test_a_partial_block_is_cached_at_its_fine_boundary_and_reused() -> None:
+    """Full attention + Mamba, b = 4, h = 2: a prompt of 10 tokens leaves block 2
+    partially filled (tokens 8, 9; the state at 10); the next prompt reuses it."""
+    groups = [Group("full", 4), Group("mamba", 4)]
+    engine = Engine(groups, num_blocks=16, hash_unit=2, dim=4)
+    engine.serve([1, 2, 3, 1, 2, 3, 1, 2, 3, 1])
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 0, 0, 1]
+    served = engine.serve(prompt)
+    assert served.snapshot["cached"] == [[True, True, {"upto": 10}], [True, True, {"upto": 10}]]
+    assert served.hit.length == 10 and served.hit.indices() == [[0, 1, 2], [2]]
+    assert (served.prefill.logits - engine.scratch(prompt)[10:]).abs().max() <= 1e-12
+    # The copy the second prompt filled is now cached whole, in place of the partial one.
+    request = engine.coord.request(prompt)
+    assert engine.coord.snapshot(request)["cached"] == [[True, True, True], [True, True, True]]
+    # Without the state at 10, a prefill from 10 is NaN.
+    engine.store.data[1][served.hit.blocks[1][0]] = float("nan")
+    assert engine.serve_from(prompt[:11], 10).logits.isnan().all()
+
+
+def test_lookahead_keys_stop_at_t_minus_la() -> None:
+    """A lookahead drafter of La = 3: a prompt of 10 tokens has keys for the blocks
+    ending by 7 only; a later prompt finds block 0 (its key covers tokens 0..6)."""
+    groups = [Group("full", 4, drafter=Drafter.LOOKAHEAD, lookahead=3)]
+    engine = Engine(groups, num_blocks=16, dim=4)
+    first = list(range(10))
+    engine.serve(first)
+    assert engine.serve(first).hit.length == 4
+    # Block 1 (tokens 4..7) is cached only now that a prompt held 8 + 3 tokens.
+    longer = first + [10]
+    assert engine.serve(longer).hit.length == 4
+    assert engine.serve(longer + [11]).hit.length == 8
+    # Another continuation of tokens 0..3 differs within the lookahead: no hit.
+    assert engine.serve([0, 1, 2, 3, 4, 9, 9, 9, 9]).hit.length == 0
 
 
 @settings(max_examples=40, deadline=None)
