@@ -17,6 +17,7 @@ from kvhit.model.spec import (
     Upto,
     answer_at,
     fine_query,
+    longest_hit,
     valid_all,
 )
 from kvhit.targets.registry import get, model_target
@@ -69,9 +70,8 @@ def random_fine_query(rng: random.Random) -> dict[str, Any]:
 
 
 def spec_answer(q: Query) -> dict[str, Any]:
-    """L* by its definition, every candidate tried (``longest_hit`` shortens this through
-    ``reduced``, which is wrong for a lookahead on a group without reach: see
-    docs/impl.md)."""
+    """L* by its definition, every candidate tried (``longest_hit`` takes a shortcut,
+    ``reduced``, which once went wrong on a lookahead: see docs/impl.md)."""
     return answer_at(q, next(L for L in q.candidates() if valid_all(q, L))).to_json()
 
 
@@ -83,6 +83,7 @@ def test_impl_target_matches_the_spec_on_random_fine_queries() -> None:
         query = q.to_json()
         expected = spec_answer(q)
         assert impl_target(query) == expected, query
+        assert longest_hit(q).to_json() == expected, query
         sub_block += any(expected["length"] % g.block_size for g in q.groups)
     # The draw reaches what is new: hits inside a block, partial blocks, every drafter.
     assert sub_block > 100
