@@ -325,9 +325,8 @@ def fine_sym_query(
         choices.append(held)
     q = replace(coarse.query, groups=fine_groups, cached=tuple(rows))
     ops = Z3Ops(bound=max_top // unit + 2, passes=max_top // unit + 1)
-    return FineSymQuery(
-        q, ops, pre, [len(r) for r in choices], max_top, coarse.query.groups, choices
-    )
+    blocks = [len(r) for r in choices]
+    return FineSymQuery(q, ops, pre, blocks, max_top, coarse=coarse.query.groups, choices=choices)
 
 
 def spec_answer(sq: SymQuery) -> Any:
