@@ -202,22 +202,6 @@ MORE_BREAKS: list[tuple[str, int | None, Patch]] = [
     # termination proves the pass contract it rests on, so a broken pass refutes it too
     ("termination", None, lambda mp: mp.setattr(Loop, "visit", visit_skipping_group_0)),
     ("fixed_point_maximal", None, lambda mp: mp.setattr(Loop, "visit", visit_one_lower)),
-    # a lookahead finder that looks past T - La, where its keys stop
-    (
-        "finder_contracts",
-        None,
-        lambda mp: (
-            mp.setattr(finders, "frame_for", frame_without_lookahead),
-            mp.setattr(contracts, "CONFIGS", ((2, 2),)),
-            mp.setattr(contracts, "LOOKAHEAD_CONFIGS", ((2, 4),)),
-        ),
-    ),
-    (
-        "finder_contracts_symbolic",
-        None,
-        lambda mp: mp.setattr(finders, "frame_for", frame_without_lookahead),
-    ),
-    ("eagle_single_drop", 2, lambda mp: mp.setattr(finders, "frame_for", frame_without_lookahead)),
 ]
 """Further breaks of theorems that rest on more than one piece of code."""
 
@@ -335,3 +319,19 @@ def test_a_goal_whose_assumptions_are_unsat_is_vacuous() -> None:
     result = run_theorem(t)
     assert result.status == Status.VACUOUS and not result.ok
     assert "assumptions alone are unsat" in result.detail
+
+
+@pytest.mark.parametrize("name", ["finder_contracts", "finder_contracts_symbolic"])
+def test_a_lookahead_finder_looking_past_its_keys_is_refuted(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookahead finder whose frame does not clamp the top to T - La (where its keys
+    stop) breaks its contract; the theorems run over the lookahead finders only."""
+    lookahead = tuple(f for f in contracts.CONTRACT_FINDERS if f.drafter == Drafter.LOOKAHEAD)
+    monkeypatch.setattr(contracts, "CONTRACT_FINDERS", lookahead)
+    monkeypatch.setattr(contracts, "LOOKAHEAD_CONFIGS", ((2, 4),))
+    assert run_theorem(get(name), timeout=30).status == Status.PROVED
+    monkeypatch.setattr(finders, "frame_for", frame_without_lookahead)
+    result = run_theorem(get(name), timeout=30)
+    assert result.status == Status.REFUTED, result.detail
+    assert "lookahead" in result.goals[-1].name
