@@ -30,6 +30,7 @@ from kvhit.model.spec import (
     Kind,
     Query,
     Upto,
+    WindowConvention,
     fine_query,
     fine_row,
     group_of,
@@ -79,6 +80,20 @@ def finder_label(finder: FinderKind) -> str:
     if drafter == Drafter.LOOKAHEAD:
         return f"{kind} lookahead"
     return f"{kind} drafter={drafter}"
+
+
+def finder_group(
+    finder: FinderKind,
+    block_size: Any,
+    span: Any = None,
+    lookahead: Any = 0,
+    convention: WindowConvention = WindowConvention.INCLUSIVE,
+) -> Group:
+    """The group of this finder: its window or chunk (if its kind reads one) ``span``,
+    its La (if its drafter is lookahead) ``lookahead``."""
+    kind, drafter = finder
+    g = group_of(kind, block_size, span, drafter, convention)
+    return replace(g, lookahead=lookahead) if drafter == Drafter.LOOKAHEAD else g
 
 
 NOT_CLOSED: tuple[Kind, ...] = tuple(kind for kind in Kind if kind != Kind.FULL)
@@ -192,11 +207,10 @@ def sym_query(
         span = z3.Int(f"{name}_{parameter[0]}{i}") if parameter is not None else None
         if span is not None:
             pre += [span >= 1, span <= limit]
-        group = group_of(kind, b, span, drafter)
+        la = z3.Int(f"{name}_La{i}")
         if drafter == Drafter.LOOKAHEAD:
-            la = z3.Int(f"{name}_La{i}")
             pre += [la >= 0, la <= limit]
-            group = replace(group, lookahead=la)
+        group = finder_group((kind, drafter), b, span, la)
         groups.append(group)
         count = max_top // b + (1 if group.eagle else 0)
         rows.append(SymRow.fresh(f"{name}_row{i}", count))

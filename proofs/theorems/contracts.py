@@ -48,7 +48,7 @@ they run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -63,14 +63,19 @@ from kvhit.model.spec import (
     Group,
     Kind,
     WindowConvention,
-    group_of,
     longest_hit,
     valid,
     window_span,
 )
 from kvhit.proofs import linearize as linear
 from kvhit.proofs.cases import CaseOps, Cases, is_boolean
-from kvhit.proofs.common import DISTINCT_FINDERS, finder_label, model_int, protocol_group
+from kvhit.proofs.common import (
+    DISTINCT_FINDERS,
+    finder_group,
+    finder_label,
+    model_int,
+    protocol_group,
+)
 from kvhit.proofs.instantiate import ground
 from kvhit.proofs.linearize import linearize
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
@@ -119,8 +124,7 @@ class ContractFinder:
     def group(self, block_size: Any, span: Any, lookahead: Any = 0) -> Group:
         """The group this finder runs for, its window or chunk (if its kind reads
         one) ``span``, its La (if its drafter is lookahead) ``lookahead``."""
-        g = group_of(self.kind, block_size, span, self.drafter, self.convention)
-        return replace(g, lookahead=lookahead) if self.drafter == Drafter.LOOKAHEAD else g
+        return finder_group((self.kind, self.drafter), block_size, span, lookahead, self.convention)
 
 
 def conventions(kind: Kind) -> tuple[WindowConvention, ...]:

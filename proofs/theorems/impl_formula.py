@@ -18,15 +18,14 @@ window, chunk and La (all unbounded), for each kind, drafter and block size
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import torch
 import z3
 
 from kvhit.impl.formula import prefix_sums, stage, valid_lengths
-from kvhit.model.spec import Drafter, Group, Kind, Query, group_of, valid
-from kvhit.proofs.common import DISTINCT_FINDERS, finder_label
+from kvhit.model.spec import Drafter, Kind, Query, valid
+from kvhit.proofs.common import DISTINCT_FINDERS, finder_group, finder_label
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
@@ -50,16 +49,11 @@ def miss_terms(row: SymRow, size: int, ops: Z3Ops) -> list[Any]:
     return misses
 
 
-def with_lookahead(g: Group, la: Any) -> Group:
-    """g with La ``la`` if its drafter is lookahead (else g)."""
-    return replace(g, lookahead=la) if g.drafter == Drafter.LOOKAHEAD else g
-
-
 def goal_for(kind: Kind, drafter: Drafter | None, b: int, bound: int) -> Goal:
     """The negated claim for one kind, drafter and block size."""
     span = z3.Int("span")  # the window or chunk, if the kind reads one
     length, num_tokens, la = z3.Int("L"), z3.Int("T"), z3.Int("La")
-    g = with_lookahead(group_of(kind, b, span, drafter), la)
+    g = finder_group((kind, drafter), b, span, la)
     ops = Z3Ops(bound)
     # A row of N blocks with free bits covers every shorter row (trailing misses).
     row = SymRow.fresh("cached", bound)
@@ -79,7 +73,7 @@ def goal_for(kind: Kind, drafter: Drafter | None, b: int, bound: int) -> Goal:
         def value(term: Any) -> int:
             return model.eval(term, model_completion=True).as_long()
 
-        concrete = with_lookahead(group_of(kind, b, value(span), drafter), value(la))
+        concrete = finder_group((kind, drafter), b, value(span), value(la))
         bits = row.values(model, bound)
         at, total = value(length), value(num_tokens)
         spec = valid(concrete, bits, at, total)
