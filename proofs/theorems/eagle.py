@@ -126,12 +126,11 @@ eagle full-attention group (the model vLLM flagged every group of)."""
 
 
 MARGIN_BREAKS: dict[str, tuple[Breaks, str]] = {
-    "lost reuse": (operator.ne, "the margin asks for the state one block past the hit"),
+    "lost reuse": (operator.lt, "the margin asks for the state one block past the hit"),
     "unsafe": (operator.gt, "the margin answers a hit whose state is not held"),
 }
-"""The two ways the margin breaks: answering other than L* (with the smallest M and
-cache, lost reuse), and answering more than L*, reading a Mamba state that is not
-there (unsafe)."""
+"""The two ways the margin breaks: answering less than L* (lost reuse), and
+answering more than L*, reading a Mamba state that is not there (unsafe)."""
 
 
 def margin_goals(way: str, bound: int | None) -> list[Goal]:
@@ -204,7 +203,7 @@ THEOREMS = [
             statement=(
                 "A Mamba group given the eagle drop margin (treated as a drop drafter, "
                 "vLLM 0.20-0.25, #45614) never answers "
-                + ("other than" if way == "lost reuse" else "more than")
+                + ("less than" if way == "lost reuse" else "more than")
                 + " L*, where the spec has Mamba carry drafter none (known wrong: "
                 + way
                 + ")."
