@@ -14,7 +14,7 @@ from kvhit.model.finders import Scan, find
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Kind, Query, longest_hit, valid
 from kvhit.proofs.cases import Cases
-from kvhit.proofs.common import FINDERS, finder_label, sym_query
+from kvhit.proofs.common import DISTINCT_FINDERS, finder_label, sym_query
 from kvhit.proofs.registry import Theorem
 from kvhit.proofs.runner import run_theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
@@ -227,11 +227,11 @@ def as_term(x):
     return z3.IntVal(x) if isinstance(x, int) else x
 
 
-ENCODED = [
-    *((kind, drafter, Z3Ops(bound=16)) for kind, drafter in FINDERS),
+ENCODED = [  # drafter none is no drafter (drafter_none_same)
+    *((kind, drafter, Z3Ops(bound=16)) for kind, drafter in DISTINCT_FINDERS),
     *(
         (kind, drafter, UnrolledOps(bound=16))
-        for kind, drafter in FINDERS
+        for kind, drafter in DISTINCT_FINDERS
         if drafter != Drafter.LOOKAHEAD  # the unrolled scans do not take a lookahead frame
     ),
 ]
