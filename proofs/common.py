@@ -14,7 +14,7 @@ of the alignment).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -22,21 +22,79 @@ import z3
 
 from kvhit.model.algorithms import longest_of
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import EAGLE_KINDS, PARAMETERS, Drafter, Group, Kind, Query, group_of
+from kvhit.model.spec import (
+    DRAFTERS,
+    PARAMETERS,
+    Drafter,
+    Group,
+    Kind,
+    Query,
+    Upto,
+    WindowConvention,
+    fine_query,
+    fine_row,
+    group_of,
+)
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
-FinderKind = tuple[Kind, bool]
-"""A finder: a kind, and whether the eagle wrapper is on."""
+FinderKind = tuple[Kind, Drafter | None]
+"""A finder: a kind, and the drafter its group carries (None: no drafter)."""
 
-FINDERS: tuple[FinderKind, ...] = (
-    *((kind, False) for kind in Kind),
-    *((kind, True) for kind in EAGLE_KINDS),
+FINDERS: tuple[FinderKind, ...] = tuple(
+    (kind, drafter)
+    for drafter in (None, *Drafter)
+    for kind in Kind
+    if drafter is None or drafter in DRAFTERS[kind]
 )
-"""Every finder: each kind, then the eagle wrapper on each kind a drafter can have.
+"""Every finder: each kind without a drafter, then each kind with each drafter
+:data:`~kvhit.model.spec.DRAFTERS` allows it (drop, none, lookahead).
 
-    >>> [f"{kind}{' eagle' if eagle else ''}" for kind, eagle in FINDERS][3:]
-    ['mamba', 'full eagle', 'sliding_window eagle']
+    >>> [finder_label(f) for f in FINDERS][3:7]
+    ['mamba', 'full eagle', 'sliding_window eagle', 'full drafter=none']
 """
+
+DISTINCT_FINDERS: tuple[FinderKind, ...] = tuple(f for f in FINDERS if f[1] != Drafter.NONE)
+"""The finders up to the ``none`` drafter, which the theorem ``drafter_none_same``
+proves behaves exactly as no drafter (same scan, same ``valid``): the theorems that
+range over sets of finders draw from these.
+
+    >>> [finder_label(f) for f in DISTINCT_FINDERS][6:]
+    ['full lookahead', 'sliding_window lookahead', 'chunked_local lookahead', 'mamba lookahead']
+"""
+
+DRAFTED_FINDERS: tuple[FinderKind, ...] = tuple(f for f in DISTINCT_FINDERS if f[1] is not None)
+"""The finders whose drafter changes what they find: drop (eagle) and lookahead."""
+
+
+def finder_label(finder: FinderKind) -> str:
+    """``kind``, ``kind eagle``, ``kind drafter=none`` or ``kind lookahead``.
+
+    >>> finder_label((Kind.MAMBA, Drafter.LOOKAHEAD))
+    'mamba lookahead'
+    """
+    kind, drafter = finder
+    if drafter is None:
+        return str(kind)
+    if drafter == Drafter.DROP:
+        return f"{kind} eagle"
+    if drafter == Drafter.LOOKAHEAD:
+        return f"{kind} lookahead"
+    return f"{kind} drafter={drafter}"
+
+
+def finder_group(
+    finder: FinderKind,
+    block_size: Any,
+    span: Any = None,
+    lookahead: Any = 0,
+    convention: WindowConvention = WindowConvention.INCLUSIVE,
+) -> Group:
+    """The group of this finder: its window or chunk (if its kind reads one) ``span``,
+    its La (if its drafter is lookahead) ``lookahead``."""
+    kind, drafter = finder
+    g = group_of(kind, block_size, span, drafter, convention)
+    return replace(g, lookahead=lookahead) if drafter == Drafter.LOOKAHEAD else g
+
 
 NOT_CLOSED: tuple[Kind, ...] = tuple(kind for kind in Kind if kind != Kind.FULL)
 """The kinds that are not downward closed (only full attention is: theorem 4)."""
@@ -65,7 +123,11 @@ def protocol_group(g: Group, model: z3.ModelRef) -> dict[str, Any]:
         return None if x is None else model_int(model, x)
 
     return replace(
-        g, block_size=num(g.block_size), window=num(g.window), chunk=num(g.chunk)
+        g,
+        block_size=num(g.block_size),
+        window=num(g.window),
+        chunk=num(g.chunk),
+        lookahead=num(g.lookahead),
     ).to_json()
 
 
@@ -78,6 +140,9 @@ class SymQuery:
     pre: list[Any]
     blocks: list[int]
     max_top: int
+    past: int = 0
+    """Blocks past those a hit of at most M can need that the counterexample still
+    shows (a known-wrong algorithm may read further)."""
 
     def concrete(self, model: z3.ModelRef) -> Query:
         """The protocol query the solver's model describes (checked by the parser)."""
@@ -88,7 +153,7 @@ class SymQuery:
         for g, row, count in zip(q.groups, q.cached, self.blocks):
             bits = row.values(model, count)
             # only the blocks a hit of at most M can look at are shown
-            need = max_length // model_int(model, g.block_size) + (1 if g.eagle else 0)
+            need = max_length // model_int(model, g.block_size) + int(g.eagle) + self.past
             bits = bits[: max(need, 0)]
             while bits and not bits[-1]:
                 bits.pop()
@@ -120,13 +185,14 @@ def sym_query(
     max_param: int | None = None,
     passes: int | None = None,
 ) -> SymQuery:
-    """Groups of the given kinds (a kind, or (kind, eagle); a string naming a kind
+    """Groups of the given kinds (a kind, or (kind, drafter); a string naming a kind
     will do), block size 1 unless given,
     rows long enough for any hit of at most ``max_top`` tokens, 0 ≤ M ≤ ``max_top``,
-    T = M + 1 unless an eagle group makes it free (M < T ≤ max_top + its block).
+    T = M + 1 unless a drop or lookahead drafter makes it free
+    (M < T ≤ max_top + the largest block + 1).
 
-    Windows and chunks are symbolic, at least 1 and at most ``max_param`` (default:
-    enough to reach past every block).
+    Windows, chunks and lookaheads La are symbolic: a window or chunk at least 1, La
+    at least 0, each at most ``max_param`` (default: enough to reach past every block).
     """
     sizes = list(block_sizes) if block_sizes is not None else [1] * len(kinds)
     top_blocks = max(max_top // b for b in sizes) + 2
@@ -135,25 +201,146 @@ def sym_query(
     pre: list[Any] = [m >= 0, m <= max_top]
     limit = max_param if max_param is not None else max_top + 2
     groups, rows, blocks = [], [], []
-    eagle_any = False
     for i, (spec, b) in enumerate(zip(kinds, sizes)):
-        kind, eagle = (spec, False) if isinstance(spec, str) else spec
-        eagle_any |= eagle
-        parameter = PARAMETERS[Kind(kind)]
+        kind, drafter = (Kind(spec), None) if isinstance(spec, str) else spec
+        parameter = PARAMETERS[kind]
         span = z3.Int(f"{name}_{parameter[0]}{i}") if parameter is not None else None
         if span is not None:
             pre += [span >= 1, span <= limit]
-        groups.append(group_of(Kind(kind), b, span, Drafter.DROP if eagle else None))
-        count = max_top // b + (1 if eagle else 0)
+        la = z3.Int(f"{name}_La{i}")
+        if drafter == Drafter.LOOKAHEAD:
+            pre += [la >= 0, la <= limit]
+        group = finder_group((kind, drafter), b, span, la)
+        groups.append(group)
+        count = max_top // b + (1 if group.eagle else 0)
         rows.append(SymRow.fresh(f"{name}_row{i}", count))
         blocks.append(count)
-    if eagle_any:
+    if any(g.drafter in READS_T for g in groups):
         t = z3.Int(f"{name}_T")
         pre += [t > m, t <= max_top + max(sizes) + 1]
     else:
         t = m + 1
     q = Query(tuple(groups), tuple(rows), m, t, alignment)
     return SymQuery(q, ops, pre, blocks, max_top)
+
+
+READS_T = (Drafter.DROP, Drafter.LOOKAHEAD)
+"""The drafters whose validity reads the request length T."""
+
+
+def block_entries(g: Group, unit: int, j: int) -> list[Any]:
+    """Every entry block j of group g can have with hash unit ``unit``, by how many
+    units it holds: ``False`` (0), ``Upto(j·b + d·unit)`` (d = 1 … k-1) and ``True``
+    (k), k = b / unit."""
+    k = g.block_size // unit
+    start = j * g.block_size
+    return [False, *(Upto(start + d * unit) for d in range(1, k)), True]
+
+
+def fine_bits(g: Group, unit: int, choices: Sequence[Any]) -> list[Any]:
+    """The fine row of a coarse row whose block j holds ``choices[j]`` units (a z3
+    integer, 0 … k; :func:`block_entries`): bit i is true iff block j's choice is one
+    whose entry the model's own :func:`~kvhit.model.spec.fine_row` expands with bit i
+    set (it runs on every concrete entry of every block)."""
+    k = g.block_size // unit
+    out: list[Any] = []
+    for j, choice in enumerate(choices):
+        expanded = [
+            fine_row(g, (False,) * j + (entry,), unit)[j * k :]
+            for entry in block_entries(g, unit, j)
+        ]
+        for r in range(k):
+            out.append(z3.Or(*[choice == d for d, bits in enumerate(expanded) if bits[r]]))
+    return out
+
+
+def row_of(bits: Sequence[Any]) -> SymRow:
+    """A :class:`SymRow` of these bit terms."""
+    arr = z3.K(z3.IntSort(), z3.BoolVal(False))
+    for i, bit in enumerate(bits):
+        arr = z3.Store(arr, i, bit)
+    return SymRow(arr, len(bits))
+
+
+@dataclass
+class FineSymQuery(SymQuery):
+    """A symbolic query with a hash unit: ``query`` is its fine query (every group at
+    block size h, each row the model's :func:`fine_row` of a coarse row whose entries
+    are z3 choices), ``coarse`` the groups at their own block sizes and ``choices``
+    their rows (:func:`fine_bits`)."""
+
+    coarse: tuple[Group, ...] = ()
+    choices: list[list[Any]] = field(default_factory=list)
+
+    def concrete(self, model: z3.ModelRef) -> Query:
+        """The protocol query with its hash unit, partial blocks as ``{"upto": p}``."""
+        q = self.query
+        rows = []
+        for g, choices in zip(self.coarse, self.choices):
+            row = [
+                block_entries(g, q.groups[0].block_size, j)[model_int(model, c)]
+                for j, c in enumerate(choices)
+            ]
+            while row and row[-1] is False:
+                row.pop()
+            rows.append([e.to_json() if isinstance(e, Upto) else e for e in row])
+        fine = [protocol_group(g, model) for g in q.groups]
+        groups = [{**obj, "block_size": g.block_size} for obj, g in zip(fine, self.coarse)]
+        return parse_query(
+            {
+                "groups": groups,
+                "cached": rows,
+                "max_length": model_int(model, q.max_length),
+                "num_tokens": model_int(model, q.num_tokens),
+                "alignment": model_int(model, q.alignment),
+                "hash_unit": q.groups[0].block_size,
+            }
+        )
+
+    def cached_count(self) -> Any:
+        """How many units the rows hold, over every group (a term to minimize)."""
+        return z3.Sum([c for row in self.choices for c in row])
+
+    def partial_somewhere(self) -> Any:
+        """Some block is partially filled (holds more than 0 and fewer than k units)."""
+        unit = self.query.groups[0].block_size
+        return z3.Or(
+            *[
+                z3.And(c > 0, c < g.block_size // unit)
+                for g, row in zip(self.coarse, self.choices)
+                for c in row
+            ]
+        )
+
+
+def fine_sym_query(
+    kinds: Sequence[Kind | FinderKind],
+    block_sizes: Sequence[int],
+    unit: int,
+    max_top: int,
+    name: str,
+    alignment: int | None = None,
+) -> FineSymQuery:
+    """:func:`sym_query`'s groups at these block sizes with hash unit ``unit``, as a
+    :class:`FineSymQuery`: the fine query the model's own :func:`fine_query` makes of
+    them, rows from every choice of entries (true, false, partial) of enough blocks
+    for a hit of at most ``max_top`` tokens; A = ``unit`` unless given."""
+    coarse = sym_query(kinds, max_top, name, block_sizes, alignment or unit)
+    fine_groups = fine_query(
+        replace(coarse.query, cached=((),) * len(block_sizes), hash_unit=unit)
+    ).groups
+    pre = list(coarse.pre)
+    rows, choices = [], []
+    for i, g in enumerate(coarse.query.groups):
+        count = -(-(max_top + (unit if g.eagle else 0)) // g.block_size)
+        held = [z3.Int(f"{name}_units{i}_{j}") for j in range(count)]
+        pre += [z3.And(c >= 0, c <= g.block_size // unit) for c in held]
+        rows.append(row_of(fine_bits(g, unit, held)))
+        choices.append(held)
+    q = replace(coarse.query, groups=fine_groups, cached=tuple(rows))
+    ops = Z3Ops(bound=max_top // unit + 2, passes=max_top // unit + 1)
+    blocks = [len(r) for r in choices]
+    return FineSymQuery(q, ops, pre, blocks, max_top, coarse=coarse.query.groups, choices=choices)
 
 
 def spec_answer(sq: SymQuery) -> Any:

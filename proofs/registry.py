@@ -74,6 +74,8 @@ class Status(StrEnum):
 THEOREM_MODULES = [
     "kvhit.proofs.theorems.fixed_point",
     "kvhit.proofs.theorems.contracts",
+    "kvhit.proofs.theorems.drafters",
+    "kvhit.proofs.theorems.hash_units",
     "kvhit.proofs.theorems.closure",
     "kvhit.proofs.theorems.min_groups",
     "kvhit.proofs.theorems.rounding",

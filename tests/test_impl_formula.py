@@ -17,7 +17,7 @@ from kvhit.proofs.theorems.impl_formula import THEOREMS, build
 
 def test_theorem_8_every_goal_is_unsat() -> None:
     goals = build(8)
-    assert len(goals) == 24
+    assert len(goals) == 40  # 10 (kind, drafter) finders (none is no drafter) × b = 1-4
     for goal in goals:
         solver = z3.Solver()
         solver.add(*goal.assertions)

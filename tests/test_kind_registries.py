@@ -16,7 +16,7 @@ from kvhit.harness.random_cases import Choice
 from kvhit.impl.managers import MANAGERS, GroupManager
 from kvhit.impl.tiny_model import FIRST_KEY
 from kvhit.model.finders import SCANS
-from kvhit.model.spec import EAGLE_KINDS, FIRST_REUSED, PARAMETERS, Group, Kind
+from kvhit.model.spec import DRAFTERS, FIRST_REUSED, PARAMETERS, Group, Kind
 from kvhit.proofs.common import FINDERS, NOT_CLOSED
 from kvhit.proofs.theorems.contracts import INVARIANTS
 
@@ -45,7 +45,7 @@ def test_every_kind_has_its_manager_class() -> None:
 
 
 def test_the_proofs_cover_every_finder() -> None:
-    assert set(FINDERS) == {(k, False) for k in Kind} | {(k, True) for k in EAGLE_KINDS}
+    assert set(FINDERS) == {(k, None) for k in Kind} | {(k, d) for k in Kind for d in DRAFTERS[k]}
     assert set(NOT_CLOSED) == set(Kind) - {Kind.FULL}
 
 

@@ -12,9 +12,9 @@ import z3
 from kvhit.model import algorithms, finders
 from kvhit.model.finders import Scan, find
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import KINDS, Kind, Query, longest_hit, valid
+from kvhit.model.spec import Drafter, Kind, Query, longest_hit, valid
 from kvhit.proofs.cases import Cases
-from kvhit.proofs.common import sym_query
+from kvhit.proofs.common import DISTINCT_FINDERS, finder_label, sym_query
 from kvhit.proofs.registry import Theorem
 from kvhit.proofs.runner import run_theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
@@ -42,7 +42,11 @@ def test_theorem_is_proved(module, name: str, bound: int | None) -> None:
     assert result.status == "proved", result.detail
 
 
-EXCLUSIVE_WINDOWS = {"sliding_window exclusive", "sliding_window exclusive eagle"}
+EXCLUSIVE_WINDOWS = {
+    "sliding_window exclusive",
+    "sliding_window exclusive eagle",
+    "sliding_window exclusive lookahead",
+}
 """The finders proved under the exclusive window convention, by label."""
 
 
@@ -55,10 +59,15 @@ def test_unbounded_finder_contracts_are_proved() -> None:
     result = run_theorem(theorem(contracts, "finder_contracts"), timeout=30)
     assert result.status == "proved", result.detail
     per_finder = 3 * len(contracts.CONFIGS)
-    # every finder, and both sliding window finders once more under the exclusive reading
-    assert len(result.goals) == (len(contracts.FINDERS) + 2) * per_finder
+    per_lookahead = 3 * len(contracts.LOOKAHEAD_CONFIGS)
+    # 4 kinds and 2 eagle kinds, and both sliding windows once more under the exclusive
+    # reading; 4 lookahead kinds and the exclusive window with lookahead
+    assert len(result.goals) == 8 * per_finder + 5 * per_lookahead
     exclusive = [g.name for g in result.goals if finder_of(g.name) in EXCLUSIVE_WINDOWS]
-    assert len(exclusive) == 2 * per_finder
+    assert len(exclusive) == 2 * per_finder + per_lookahead
+    assert {finder_of(g.name) for g in result.goals} == {
+        f.label for f in contracts.CONTRACT_FINDERS
+    }
 
 
 @pytest.mark.parametrize(
@@ -73,12 +82,17 @@ def test_unbounded_finder_contracts_are_proved() -> None:
 def test_finder_theorems_cover_both_window_conventions(name: str) -> None:
     t = theorem(contracts, name)
     finders = {finder_of(g.name) for g in t.build(t.bound_for(quick=True))}
-    assert finders == {f.label for f in contracts.CONTRACT_FINDERS}
-    assert EXCLUSIVE_WINDOWS < finders
+    unrolled = t.bounded  # the unrolled scans leave out the lookahead finders
+    assert finders == {
+        f.label
+        for f in contracts.CONTRACT_FINDERS
+        if not (unrolled and f.drafter == Drafter.LOOKAHEAD)
+    }
+    assert {"sliding_window exclusive", "sliding_window exclusive eagle"} < finders
 
 
 def test_an_exclusive_setting_runs_the_exclusive_group() -> None:
-    finder = contracts.ContractFinder("sliding_window", True, "exclusive")
+    finder = contracts.ContractFinder("sliding_window", Drafter.DROP, "exclusive")
     s = contracts.make_setting(finder, 2, 4, None)
     assert s.group.exclusive and s.group.eagle
     # k = ceil(w/2) + 1 under the exclusive reading: 3 blocks at w = 3 (2 if inclusive)
@@ -183,9 +197,13 @@ def test_last_miss_reading_equals_the_plain_one() -> None:
             assert s.check() == z3.unsat, (bits, lo, hi)
 
 
-def random_query(rng: random.Random, kind: str, eagle: bool):
+def random_query(rng: random.Random, kind: str, drafter: Drafter | None):
     b = rng.choice([1, 2, 3])
-    group = {"kind": kind, "block_size": b, "eagle": eagle}
+    group: dict = {"kind": kind, "block_size": b}
+    if drafter is not None:
+        group["drafter"] = drafter
+    if drafter == Drafter.LOOKAHEAD:
+        group["lookahead"] = rng.randint(0, 4)
     if kind == "sliding_window":
         group["window"] = rng.randint(1, 8)
     if kind == "chunked_local":
@@ -209,14 +227,27 @@ def as_term(x):
     return z3.IntVal(x) if isinstance(x, int) else x
 
 
-@pytest.mark.parametrize("ops", [Z3Ops(bound=16), UnrolledOps(bound=16)], ids=["ite", "cases"])
+ENCODED = [  # drafter none is no drafter (drafter_none_same)
+    *((kind, drafter, Z3Ops(bound=16)) for kind, drafter in DISTINCT_FINDERS),
+    *(
+        (kind, drafter, UnrolledOps(bound=16))
+        for kind, drafter in DISTINCT_FINDERS
+        if drafter != Drafter.LOOKAHEAD  # the unrolled scans do not take a lookahead frame
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    ("kind", "eagle"), [(k, False) for k in KINDS] + [("full", True), ("sliding_window", True)]
+    ("kind", "drafter", "ops"),
+    ENCODED,
+    ids=[f"{finder_label((k, d))}-{type(o).__name__}" for k, d, o in ENCODED],
 )
-def test_symbolic_encoding_equals_plain_python(kind: str, eagle: bool, ops: Z3Ops) -> None:
-    rng = random.Random(hash((kind, eagle)) % 1000)
+def test_symbolic_encoding_equals_plain_python(
+    kind: Kind, drafter: Drafter | None, ops: Z3Ops
+) -> None:
+    rng = random.Random(hash((kind, drafter)) % 1000)
     for _ in range(25):
-        q = random_query(rng, kind, eagle)
+        q = random_query(rng, kind, drafter)
         g, row = q.groups[0], q.cached[0]
         sym_row = SymRow.of(row)
         m = z3.Int("m")

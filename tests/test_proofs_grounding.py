@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import z3
 
-from kvhit.model.spec import WINDOW_CONVENTIONS
+from kvhit.model.spec import WINDOW_CONVENTIONS, Drafter
 from kvhit.proofs.instantiate import ground, has_quantifier
 from kvhit.proofs.runner import cvc5_check, smt2, z3_check
 from kvhit.proofs.theorems import contracts
@@ -33,10 +33,13 @@ def test_a_negated_universal_becomes_its_witness() -> None:
     assert check(grounded) == z3.unsat
 
 
-EAGLE_WINDOWS = [contracts.ContractFinder("sliding_window", True, c) for c in WINDOW_CONVENTIONS]
+EAGLE_WINDOWS = [
+    contracts.ContractFinder("sliding_window", Drafter.DROP, c) for c in WINDOW_CONVENTIONS
+]
+LOOKAHEAD_WINDOW = contracts.ContractFinder("sliding_window", Drafter.LOOKAHEAD)
 
 
-@pytest.mark.parametrize("finder", EAGLE_WINDOWS, ids=lambda f: f.label)
+@pytest.mark.parametrize("finder", [*EAGLE_WINDOWS, LOOKAHEAD_WINDOW], ids=lambda f: f.label)
 def test_contract_goals_are_quantifier_free_and_cvc5_proves_them(
     finder: contracts.ContractFinder,
 ) -> None:

@@ -22,6 +22,8 @@ from kvhit.model import algorithms, finders, spec
 from kvhit.model.algorithms import Loop
 from kvhit.model.finders import Scan
 from kvhit.model.ops import PY
+from kvhit.model.spec import Drafter, Kind, Upto
+from kvhit.proofs import common
 from kvhit.proofs import linearize as linear
 from kvhit.proofs.registry import Status, all_theorems, get
 from kvhit.proofs.runner import run_theorem
@@ -109,6 +111,39 @@ def loose_cover(misses_at: Any, lo: Any, hi: Any) -> Any:
     return misses_at(hi) <= misses_at(lo) + 1
 
 
+FRAME = finders.frame_for
+
+
+def frame_without_lookahead(g: Any, m: Any, alignment: Any, num_tokens: Any, ops: Any = PY) -> Any:
+    """A finder frame that does not clamp the top to T - La for a lookahead drafter."""
+    plain = replace(g, drafter=None) if g.drafter == Drafter.LOOKAHEAD else g
+    return FRAME(plain, m, alignment, num_tokens, ops)
+
+
+FINE_ROW = spec.fine_row
+
+
+def fine_row_mamba_all_units(g: Any, row: Any, unit: int) -> tuple[bool, ...]:
+    """A Mamba block that holds a state sets every unit of its block, as if it held the
+    state at each fine boundary (attention rows as before)."""
+    if g.kind != Kind.MAMBA:
+        return FINE_ROW(g, row, unit)
+    per = g.block_size // unit
+    return tuple(
+        bit for entry in row for bit in [isinstance(entry, Upto) or PY.bit([entry], 0)] * per
+    )
+
+
+def none_drafter_drops(self: Any) -> bool:
+    """A group whose drafter drops nothing (none) treated as an eagle group."""
+    return self.drafter in (Drafter.DROP, Drafter.NONE)
+
+
+def patch_fine_row(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(spec, "fine_row", fine_row_mamba_all_units)
+    mp.setattr(common, "fine_row", fine_row_mamba_all_units)
+
+
 BREAKS: dict[str, tuple[int | None, Patch]] = {
     "fixed_point_maximal": (None, lambda mp: mp.setattr(Loop, "settle", settle_always)),
     "fixed_point_model_code": (
@@ -154,6 +189,12 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
     ),
     "impl_formula": (3, lambda mp: mp.setattr(formula, "covered", loose_cover)),
     "impl_lookup": (4, lambda mp: mp.setattr(coordinator, "stack", stack_without_offsets)),
+    "impl_lookup_fine": (3, lambda mp: mp.setattr(coordinator, "stack", stack_without_offsets)),
+    "drafter_none_same": (
+        None,
+        lambda mp: mp.setattr(spec.Group, "eagle", property(none_drafter_drops)),
+    ),
+    "fine_row_faithful": (2, patch_fine_row),
 }
 """Claims expected to hold: (bound, the break)."""
 
@@ -178,6 +219,12 @@ REPAIRS: dict[str, tuple[int, Patch]] = {
         3,
         lambda mp: mp.setattr(rounding, "own_block_fixed_point", algorithms.fixed_point),
     ),
+    "min_is_longest_hash_unit": (
+        2,
+        lambda mp: mp.setattr(min_groups, "min_of_groups", algorithms.fixed_point),
+    ),
+    "mamba_eagle_margin": (2, lambda mp: mp.setattr(eagle, "margin_groups", lambda q: q)),
+    "mamba_eagle_margin_unsafe": (2, lambda mp: mp.setattr(eagle, "margin_groups", lambda q: q)),
     "window_downward_closed": (
         3,
         lambda mp: mp.setattr(spec, "window_span", lambda g, ops=PY: g.window + 10**6),
@@ -272,3 +319,19 @@ def test_a_goal_whose_assumptions_are_unsat_is_vacuous() -> None:
     result = run_theorem(t)
     assert result.status == Status.VACUOUS and not result.ok
     assert "assumptions alone are unsat" in result.detail
+
+
+@pytest.mark.parametrize("name", ["finder_contracts", "finder_contracts_symbolic"])
+def test_a_lookahead_finder_looking_past_its_keys_is_refuted(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookahead finder whose frame does not clamp the top to T - La (where its keys
+    stop) breaks its contract; the theorems run over the lookahead finders only."""
+    lookahead = tuple(f for f in contracts.CONTRACT_FINDERS if f.drafter == Drafter.LOOKAHEAD)
+    monkeypatch.setattr(contracts, "CONTRACT_FINDERS", lookahead)
+    monkeypatch.setattr(contracts, "LOOKAHEAD_CONFIGS", ((2, 4),))
+    assert run_theorem(get(name), timeout=30).status == Status.PROVED
+    monkeypatch.setattr(finders, "frame_for", frame_without_lookahead)
+    result = run_theorem(get(name), timeout=30)
+    assert result.status == Status.REFUTED, result.detail
+    assert "lookahead" in result.goals[-1].name

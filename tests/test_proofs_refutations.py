@@ -6,6 +6,7 @@ import pytest
 import z3
 
 from kvhit.model.algorithms import brute_force, fixed_point, min_of_groups, single_pass
+from kvhit.model.spec import Drafter, Kind, Upto, fine_query
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem, all_theorems
 from kvhit.proofs.runner import run_theorem
 from kvhit.proofs.theorems import eagle, min_groups
@@ -55,7 +56,7 @@ def test_single_pass_is_wrong_for_two_sliding_windows_concretely() -> None:
 def test_the_same_goals_prove_the_single_drop_wrapper_and_refute_the_spiral() -> None:
     """The spiral differs from the model only in the eagle finder: swapping it back in
     (the single-drop wrapper) makes the same claim provable."""
-    kinds = (("full", True),)
+    kinds = ((Kind.FULL, Drafter.DROP),)
     right = eagle.single_drop_goals(3)[0]
     assert right.name == eagle.label(kinds)
     solver = z3.Solver()
@@ -84,3 +85,31 @@ def test_a_counterexample_that_does_not_break_the_model_is_an_error() -> None:
         "bogus", "x is never 1.", Status.REFUTED, False, lambda b: [Goal("x", [], x == 1, witness)]
     )
     assert run_theorem(t).status == "error"
+
+
+def test_min_with_a_hash_unit_is_unsafe_on_a_partial_block() -> None:
+    cx = refutation("min_is_longest_hash_unit", bound=2)
+    q = cx.query
+    assert q.hash_unit == 1 and q.alignment == 1
+    assert any(isinstance(e, Upto) for row in q.cached for e in row)
+    assert min_of_groups(q) > brute_force(q) == fixed_point(q)
+    assert cx.length == min_of_groups(q)
+
+
+@pytest.mark.parametrize(
+    ("name", "unsafe"), [("mamba_eagle_margin", False), ("mamba_eagle_margin_unsafe", True)]
+)
+def test_the_eagle_margin_on_mamba_breaks_a_mamba_group_without_a_drop(
+    name: str, unsafe: bool
+) -> None:
+    """The counterexample's Mamba group carries drafter none, as the spec says; the
+    margin (the Mamba group treated as a drop drafter) answers otherwise than L*:
+    less (lost reuse) or more (unsafe, a state that is not held)."""
+    cx = refutation(name, bound=3)
+    q = cx.query
+    mamba = [g for g in q.groups if g.kind == Kind.MAMBA]
+    assert mamba and all(g.drafter == Drafter.NONE for g in mamba)
+    got, best = eagle.mamba_margin_fixed_point(q), brute_force(q)
+    assert (got > best) if unsafe else (got < best)
+    assert fixed_point(q) == best
+    assert all(g.eagle for g in eagle.margin_groups(fine_query(q)).groups if g.kind == Kind.MAMBA)

@@ -63,14 +63,19 @@ from kvhit.model.spec import (
     Group,
     Kind,
     WindowConvention,
-    group_of,
     longest_hit,
     valid,
     window_span,
 )
 from kvhit.proofs import linearize as linear
 from kvhit.proofs.cases import CaseOps, Cases, is_boolean
-from kvhit.proofs.common import FINDERS, model_int, protocol_group
+from kvhit.proofs.common import (
+    DISTINCT_FINDERS,
+    finder_group,
+    finder_label,
+    model_int,
+    protocol_group,
+)
 from kvhit.proofs.instantiate import ground
 from kvhit.proofs.linearize import linearize
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
@@ -93,12 +98,12 @@ inclusive ones (z3 alone at (2, 4), 64 blocks: 18 s and 27 s with eagle)."""
 
 @dataclass(frozen=True)
 class ContractFinder:
-    """One finder the contract is proved for: a kind, with or without the eagle
-    wrapper, and the window convention its group reads (a sliding window's finder is
-    proved under each)."""
+    """One finder the contract is proved for: a kind, the drafter its group carries
+    (None, drop: the eagle wrapper, or lookahead with a symbolic La), and the window
+    convention its group reads (a sliding window's finder is proved under each)."""
 
     kind: Kind
-    eagle: bool = False
+    drafter: Drafter | None = None
     convention: WindowConvention = WindowConvention.INCLUSIVE
 
     def __post_init__(self) -> None:
@@ -107,20 +112,19 @@ class ContractFinder:
 
     @property
     def label(self) -> str:
-        """``kind [exclusive] [eagle]``, as :meth:`Group.describe` names them.
+        """``kind [exclusive] [eagle|lookahead]``, as :meth:`Group.describe` names them.
 
-        >>> ContractFinder(Kind.SLIDING_WINDOW, True, WindowConvention.EXCLUSIVE).label
+        >>> ContractFinder(Kind.SLIDING_WINDOW, Drafter.DROP, WindowConvention.EXCLUSIVE).label
         'sliding_window exclusive eagle'
         """
         convention = " exclusive" if self.convention == WindowConvention.EXCLUSIVE else ""
-        return f"{self.kind}{convention}{' eagle' if self.eagle else ''}"
+        drafter = finder_label((self.kind, self.drafter)).removeprefix(self.kind)
+        return f"{self.kind}{convention}{drafter}"
 
-    def group(self, block_size: Any, span: Any) -> Group:
+    def group(self, block_size: Any, span: Any, lookahead: Any = 0) -> Group:
         """The group this finder runs for, its window or chunk (if its kind reads
-        one) ``span``."""
-        return group_of(
-            self.kind, block_size, span, Drafter.DROP if self.eagle else None, self.convention
-        )
+        one) ``span``, its La (if its drafter is lookahead) ``lookahead``."""
+        return finder_group((self.kind, self.drafter), block_size, span, lookahead, self.convention)
 
 
 def conventions(kind: Kind) -> tuple[WindowConvention, ...]:
@@ -129,11 +133,13 @@ def conventions(kind: Kind) -> tuple[WindowConvention, ...]:
 
 
 CONTRACT_FINDERS: tuple[ContractFinder, ...] = tuple(
-    ContractFinder(kind, eagle, convention)
-    for kind, eagle in FINDERS
+    ContractFinder(kind, drafter, convention)
+    for kind, drafter in DISTINCT_FINDERS
     for convention in conventions(kind)
 )
-"""Every finder of :data:`FINDERS`, a sliding window's under both conventions."""
+"""Every finder of :data:`~kvhit.proofs.common.DISTINCT_FINDERS` (the ``none``
+drafter is the no-drafter finder: ``drafter_none_same``), a sliding window's under
+both conventions."""
 
 
 @dataclass(frozen=True)
@@ -267,9 +273,11 @@ def make_setting(
     positive too).
     """
     p = f"{finder.label.replace(' ', '_')}_b{b}_A{a}{tag}_"
-    span, m, num_tokens = z3.Ints(f"{p}span {p}m {p}T")
-    group = finder.group(b, span)
+    span, m, num_tokens, la = z3.Ints(f"{p}span {p}m {p}T {p}La")
+    group = finder.group(b, span, la)
     pre = [m >= 0, num_tokens > m]
+    if finder.drafter == Drafter.LOOKAHEAD:
+        pre.append(la >= 0)
     if PARAMETERS[finder.kind] is not None:
         pre.append(span >= 1)
     if bound is None:
@@ -496,10 +504,33 @@ def contract_witness(s: FinderSetting, bound: int) -> Any:
     return witness
 
 
-def _all(
-    builder: Callable[..., list[Goal]], configs: tuple[tuple[int, int], ...], *args: Any
-) -> list[Goal]:
-    return [goal for f in CONTRACT_FINDERS for b, a in configs for goal in builder(f, b, a, *args)]
+LOOKAHEAD_CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 4))
+"""(block size, alignment) pairs the unbounded theorem runs a lookahead finder at
+(``finder_contracts_symbolic`` covers every b and A; these are its spot checks)."""
+
+
+def unbounded_all(bound: int | None) -> list[Goal]:
+    """:func:`unbounded_goals` for every finder at :data:`CONFIGS`, a lookahead finder
+    at :data:`LOOKAHEAD_CONFIGS`."""
+    return [
+        goal
+        for f in CONTRACT_FINDERS
+        for b, a in (LOOKAHEAD_CONFIGS if f.drafter == Drafter.LOOKAHEAD else CONFIGS)
+        for goal in unbounded_goals(f, b, a)
+    ]
+
+
+def unrolled_all(b: int, a: int, bound: int | None) -> list[Goal]:
+    """:func:`unrolled_goals` for every finder but the lookahead ones (whose frame
+    clamps the top to T - La, a symbolic bound the unrolled :class:`Cases` do not
+    take; their contract is proved unbounded and with b, A symbolic)."""
+    assert bound is not None
+    return [
+        goal
+        for f in CONTRACT_FINDERS
+        if f.drafter != Drafter.LOOKAHEAD
+        for goal in unrolled_goals(f, b, a, bound)
+    ]
 
 
 def _text(configs: tuple[tuple[int, int], ...]) -> str:
@@ -511,22 +542,27 @@ THEOREMS = [
         name="finder_contracts",
         statement=(
             "Every finder (full, sliding window under the inclusive and the exclusive "
-            "window convention, chunked local, mamba, and the eagle wrapper on full and "
-            "on both sliding windows) meets its contract for every cache row of any "
-            f"length (so every bound N), window, chunk, m and T ({_text(CONFIGS)}): "
+            "window convention, chunked local, mamba, the eagle wrapper on full and "
+            "on both sliding windows, and a lookahead drafter with any La on every kind) "
+            "meets its contract for every cache row of any "
+            f"length (so every bound N), window, chunk, La, m and T ({_text(CONFIGS)}; "
+            f"lookahead at {_text(LOOKAHEAD_CONFIGS)}): "
             "an inductive loop invariant over the model's own scan step."
         ),
         expected=Status.PROVED,
         bounded=False,
-        build=lambda bound: _all(unbounded_goals, CONFIGS),
+        build=unbounded_all,
         rests_on="model code: each finder's Scan (start, step, finish), both window conventions",
-        scope="any row length, window (inclusive and exclusive), chunk, m, T; b/A "
-        + " ".join(f"{b}/{a}" for b, a in CONFIGS),
+        scope="any row length, window (inclusive and exclusive), chunk, La, m, T; b/A "
+        + " ".join(f"{b}/{a}" for b, a in CONFIGS)
+        + "; lookahead b/A "
+        + " ".join(f"{b}/{a}" for b, a in LOOKAHEAD_CONFIGS),
     ),
     Theorem(
         name="finder_contracts_symbolic",
         statement=(
-            "Every finder (every kind, the eagle wrapper, and sliding windows under both "
+            "Every finder (every kind, the eagle wrapper, a lookahead drafter with any "
+            "La on every kind, and sliding windows under both "
             "window conventions) meets its contract for every block size b >= 1 and alignment A with b | A, every cache row of any length, "
             "window, chunk, m and T: the loop invariant over the model's own scan step, "
             "with products and quotients by b, A and the chunk read as functions bound by "
@@ -539,7 +575,7 @@ THEOREMS = [
             "model code: each finder's Scan, both window conventions; "
             "x*b, x/b, x%A as functions + arithmetic_lemmas"
         ),
-        scope="any row length, window (inclusive and exclusive), chunk, m, T; "
+        scope="any row length, window (inclusive and exclusive), chunk, La, m, T; "
         "every b >= 1, A = a*b",
     ),
     Theorem(
@@ -559,7 +595,8 @@ THEOREMS = [
         Theorem(
             name=name,
             statement=(
-                "Every finder, sliding windows under both window conventions, meets its "
+                "Every finder but the lookahead ones, sliding windows under both window "
+                "conventions, meets its "
                 "contract for every cache row of up to N blocks, every window, chunk, m "
                 f"and T (b={b} A={a}): the model's whole scan unrolled over symbolic bits, "
                 "a cross-check that uses no invariant."
@@ -568,7 +605,7 @@ THEOREMS = [
             bounded=True,
             bound=bound,
             quick_bound=12,
-            build=partial(_all, unrolled_goals, ((b, a),)),
+            build=partial(unrolled_all, b, a),
             rests_on="model code: each finder's whole scan, unrolled, both window conventions",
             scope=f"rows of N blocks; window (inclusive and exclusive); b/A {b}/{a}",
         )

@@ -9,7 +9,7 @@ plan staged by the plain :class:`~kvhit.proofs.symbolic.Z3Ops`, evaluated on the
 counts of a symbolic row, against ``valid`` evaluated blockwise. The claim: they agree
 for every row of at most N blocks, every hit length whose blocks (and an eagle
 group's next block) lie within the N blocks, every request length T > L, every
-window and every chunk (both unbounded), for each kind, eagle flag and block size
+window, chunk and La (all unbounded), for each kind, drafter and block size
 1 … 4.
 
     >>> [goal.name for goal in build(4)][:2]
@@ -24,8 +24,8 @@ import torch
 import z3
 
 from kvhit.impl.formula import prefix_sums, stage, valid_lengths
-from kvhit.model.spec import Drafter, Kind, Query, group_of, valid
-from kvhit.proofs.common import FINDERS
+from kvhit.model.spec import Drafter, Kind, Query, valid
+from kvhit.proofs.common import DISTINCT_FINDERS, finder_group, finder_label
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 
@@ -49,11 +49,11 @@ def miss_terms(row: SymRow, size: int, ops: Z3Ops) -> list[Any]:
     return misses
 
 
-def goal_for(kind: Kind, eagle: bool, b: int, bound: int) -> Goal:
-    """The negated claim for one kind, eagle flag and block size."""
+def goal_for(kind: Kind, drafter: Drafter | None, b: int, bound: int) -> Goal:
+    """The negated claim for one kind, drafter and block size."""
     span = z3.Int("span")  # the window or chunk, if the kind reads one
-    length, num_tokens = z3.Int("L"), z3.Int("T")
-    g = group_of(kind, b, span, Drafter.DROP if eagle else None)
+    length, num_tokens, la = z3.Int("L"), z3.Int("T"), z3.Int("La")
+    g = finder_group((kind, drafter), b, span, la)
     ops = Z3Ops(bound)
     # A row of N blocks with free bits covers every shorter row (trailing misses).
     row = SymRow.fresh("cached", bound)
@@ -62,17 +62,18 @@ def goal_for(kind: Kind, eagle: bool, b: int, bound: int) -> Goal:
     blockwise = valid(g, row, length, num_tokens, ops)
     assertions = [
         span >= 1,
+        la >= 0,
         length >= 0,
         length / b + 1 <= bound,
         num_tokens > length,
     ]
-    name = f"{kind}{' eagle' if eagle else ''} b={b}"
+    name = f"{finder_label((kind, drafter))} b={b}"
 
     def witness(model: z3.ModelRef) -> Counterexample:
         def value(term: Any) -> int:
             return model.eval(term, model_completion=True).as_long()
 
-        concrete = group_of(kind, b, value(span), Drafter.DROP if eagle else None)
+        concrete = finder_group((kind, drafter), b, value(span), value(la))
         bits = row.values(model, bound)
         at, total = value(length), value(num_tokens)
         spec = valid(concrete, bits, at, total)
@@ -89,9 +90,9 @@ def goal_for(kind: Kind, eagle: bool, b: int, bound: int) -> Goal:
 
 
 def build(bound: int | None) -> list[Goal]:
-    """One goal per kind, eagle flag and block size, at rows of ``bound`` blocks."""
+    """One goal per kind, drafter and block size, at rows of ``bound`` blocks."""
     n = bound or 8
-    return [goal_for(kind, eagle, b, n) for b in FORMULA_BLOCK_SIZES for kind, eagle in FINDERS]
+    return [goal_for(kind, d, b, n) for b in FORMULA_BLOCK_SIZES for kind, d in DISTINCT_FINDERS]
 
 
 THEOREMS = [
@@ -100,7 +101,7 @@ THEOREMS = [
         statement=(
             "The impl's vectorized validity (the spec's valid staged on its one cache read, "
             "evaluated on prefix sums of the misses) equals the "
-            "spec's blockwise valid for every kind, eagle flag and block size 1-4, "
+            "spec's blockwise valid for every kind and drafter (drop; lookahead, any La; none is no drafter), block size 1-4, "
             "any window and chunk, rows of up to N blocks."
         ),
         expected=Status.PROVED,
@@ -110,6 +111,6 @@ THEOREMS = [
         build=build,
         tags=("impl",),
         rests_on="impl code: stage, Plan.holds vs spec valid",
-        scope="rows of N blocks; 1 group: every kind, b = 1-4",
+        scope="rows of N blocks; 1 group: every kind and drafter, b = 1-4",
     ),
 ]

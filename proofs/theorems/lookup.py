@@ -20,10 +20,12 @@ group's row), the answer is L*, the spec's ``valid`` over every candidate
 largest block size b, T = 16·b and 16·b + 1 (:func:`request_lengths`), for every
 M < T (one goal per multiple of A: each has its own plan, with its own sizes and
 offsets), for each configuration of :data:`CONFIGS`: 3 groups, every kind, the
-eagle wrapper, block sizes 1 and 2. A counterexample is run through the real coordinator
+eagle wrapper, block sizes 1 and 2; and for :data:`FINE_CONFIGS`, the fine queries
+of hybrid Mamba models with a hash unit (lookahead drafters, an eagle window): the
+lookups with sub-block hits. A counterexample is run through the real coordinator
 (its block pool preloaded with the state).
 
-    >>> [goal.name for goal in build(None)][:1]
+    >>> [goal.name for goal in build(CONFIGS, BLOCKS)][:1]
     ['full b=1 + sliding_window w=3 b=1 + mamba b=1 (A=1, T=16, M=0)']
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import z3
@@ -38,7 +41,7 @@ import z3
 from kvhit.impl import coordinator
 from kvhit.impl.formula import Plan
 from kvhit.model.algorithms import brute_force, longest_of
-from kvhit.model.spec import Drafter, Group, Kind, Query, default_alignment
+from kvhit.model.spec import Drafter, Group, Kind, Query, default_alignment, fine_query
 from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import SymRow, Z3Ops
 from kvhit.proofs.theorems.impl_formula import at_index
@@ -65,6 +68,26 @@ CONFIGS: tuple[tuple[Group, ...], ...] = (
     ),
 )
 """Three groups each: every kind, both eagle kinds, equal and mixed block sizes."""
+
+HASH_UNIT = 2
+"""The hash unit the fine configurations are taken at."""
+
+FINE_CONFIGS: tuple[tuple[Group, ...], ...] = tuple(
+    fine_query(Query(groups, ((),) * len(groups), 0, 1, HASH_UNIT, hash_unit=HASH_UNIT)).groups
+    for groups in (
+        (Group(Kind.FULL, 4), Group(Kind.MAMBA, 4), Group(Kind.SLIDING_WINDOW, 2, window=3)),
+        (
+            Group(Kind.FULL, 4, drafter=Drafter.LOOKAHEAD, lookahead=3),
+            Group(Kind.MAMBA, 8, drafter=Drafter.LOOKAHEAD, lookahead=3),
+            Group(Kind.SLIDING_WINDOW, 4, window=5, drafter=Drafter.DROP),
+        ),
+    )
+)
+"""The fine queries (:func:`~kvhit.model.spec.fine_query`: every group at block size
+h, A = h) of two hybrid Mamba models with hash unit 2: plain, and with lookahead
+drafters and an eagle window (whose drop is one hash unit). Every cache state of the
+fine groups covers every coarse row with partial blocks (its :func:`fine_row`), so
+these are the lookups with sub-block hits."""
 
 
 def reduce_lookup(ok: Sequence[Any], lengths: Sequence[int]) -> Any:
@@ -173,12 +196,12 @@ def limits(groups: tuple[Group, ...], num_tokens: int) -> list[int]:
     return list(range(0, num_tokens, default_alignment(groups)))
 
 
-def build(bound: int | None) -> list[Goal]:
+def build(configs: tuple[tuple[Group, ...], ...], bound: int | None) -> list[Goal]:
     """One goal per configuration, T and M, ``bound`` blocks per group."""
+    assert bound is not None
     coordinator.lookup_plan.cache_clear()  # plans made now, from the code as it is now
-    blocks = bound or BLOCKS
     return [
-        goal_for(g, t, m) for g in CONFIGS for t in request_lengths(g, blocks) for m in limits(g, t)
+        goal_for(g, t, m) for g in configs for t in request_lengths(g, bound) for m in limits(g, t)
     ]
 
 
@@ -194,9 +217,29 @@ THEOREMS = [
         bounded=True,
         bound=BLOCKS,
         quick_bound=8,
-        build=build,
+        build=partial(build, CONFIGS),
         tags=("impl",),
         rests_on="impl code: lookup_plan, stack, Plan.holds; reduction restated",
         scope="N blocks per group, T = N*b or N*b+1, every M < T; 4 sets of 3 groups",
+    ),
+    Theorem(
+        name="impl_lookup_fine",
+        statement=(
+            "The impl's whole lookup answers L* on the fine query of a query with a hash "
+            "unit (every group at block size h, A = h: sub-block hits, partial blocks, "
+            "an eagle drop of one unit, lookahead drafters) for every cache state of the "
+            "fine groups, so for every coarse row of true, false and partial entries, "
+            "and every M < T."
+        ),
+        expected=Status.PROVED,
+        bounded=True,
+        bound=8,
+        quick_bound=4,
+        build=partial(build, FINE_CONFIGS),
+        tags=("impl",),
+        rests_on="impl code: lookup_plan, stack, Plan.holds on fine_query's groups; "
+        "reduction restated",
+        scope="N units per group, T = N*h or N*h+1, every M < T; fine queries (h = A = 2) "
+        "of 2 hybrid Mamba sets (plain; lookahead La = 3 + eagle window)",
     ),
 ]

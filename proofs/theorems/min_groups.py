@@ -24,44 +24,60 @@ from itertools import combinations_with_replacement
 from operator import lt
 
 from kvhit.model.algorithms import min_of_groups
-from kvhit.model.spec import Kind
-from kvhit.proofs.common import FINDERS, NOT_CLOSED, FinderKind, SymQuery, sym_query
+from kvhit.model.spec import Drafter, Kind
+from kvhit.proofs.common import (
+    DISTINCT_FINDERS,
+    NOT_CLOSED,
+    FinderKind,
+    SymQuery,
+    finder_label,
+    fine_sym_query,
+    sym_query,
+)
 from kvhit.proofs.registry import Goal, Status, Theorem
 from kvhit.proofs.witness import spec_goal
 
-SizedFinder = tuple[Kind, bool, int]
-"""A group's kind, eagle flag and block size."""
+SizedFinder = tuple[Kind, Drafter | None, int]
+"""A group's kind, drafter and block size."""
 
 
 CONFIGS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2))
 """(block size, alignment) pairs the lower-bound proof runs at."""
 
-NOT_CLOSED_FINDERS: tuple[FinderKind, ...] = tuple((kind, False) for kind in NOT_CLOSED)
+NOT_CLOSED_FINDERS: tuple[FinderKind, ...] = tuple((kind, None) for kind in NOT_CLOSED)
 """The kinds that are not downward closed: three of them are where min can go wrong
 in ways two cannot show, so 3-group sets are drawn from these (at b = A = 1)."""
 
 MAX_GROUPS = 3
 
 
+BASE_FINDERS: tuple[FinderKind, ...] = tuple(
+    f for f in DISTINCT_FINDERS if f[1] != Drafter.LOOKAHEAD
+)
+"""Every kind and the eagle wrapper: a lookahead drafter only lowers a group's top to
+T - La, which min and the fixed point see alike (its finder meets the contract:
+``finder_contracts``)."""
+
+
 def group_sets(
-    count: int, b: int, finders: tuple[FinderKind, ...] = FINDERS
+    count: int, b: int, finders: tuple[FinderKind, ...] = BASE_FINDERS
 ) -> Iterator[tuple[SizedFinder, ...]]:
     """Every multiset of ``count`` finders at block size b (group order does not
     matter to a min)."""
     for chosen in combinations_with_replacement(finders, count):
-        yield tuple((kind, eagle, b) for kind, eagle in chosen)
+        yield tuple((kind, drafter, b) for kind, drafter in chosen)
 
 
-def finder_label(finder: SizedFinder) -> str:
+def sized_label(finder: SizedFinder) -> str:
     """``sliding_window eagle b=1``."""
-    kind, eagle, b = finder
-    return f"{kind}{' eagle' if eagle else ''} b={b}"
+    kind, drafter, b = finder
+    return f"{finder_label((kind, drafter))} b={b}"
 
 
 def query_for(group_set: tuple[SizedFinder, ...], alignment: int, blocks: int) -> SymQuery:
     """A symbolic query of these groups, M of at most ``blocks`` blocks."""
     return sym_query(
-        [(kind, eagle) for kind, eagle, _ in group_set],
+        [(kind, drafter) for kind, drafter, _ in group_set],
         max_top=blocks * min(b for _, _, b in group_set),
         name="min",
         block_sizes=[b for _, _, b in group_set],
@@ -72,7 +88,7 @@ def query_for(group_set: tuple[SizedFinder, ...], alignment: int, blocks: int) -
 def label(group_set: tuple[SizedFinder, ...], alignment: int) -> str:
     """``2 groups: full b=1, mamba b=1 (A=1)``."""
     noun = "group" if len(group_set) == 1 else "groups"
-    return f"{len(group_set)} {noun}: {', '.join(map(finder_label, group_set))} (A={alignment})"
+    return f"{len(group_set)} {noun}: {', '.join(map(sized_label, group_set))} (A={alignment})"
 
 
 def lower_bound_goal(group_set: tuple[SizedFinder, ...], alignment: int, blocks: int) -> Goal:
@@ -116,6 +132,44 @@ def refutation_goals(bound: int | None) -> list[Goal]:
     ]
 
 
+HASH_UNIT_SETS: tuple[tuple[SizedFinder, ...], ...] = (
+    ((Kind.FULL, None, 2), (Kind.MAMBA, None, 2)),
+    ((Kind.FULL, None, 2), (Kind.SLIDING_WINDOW, None, 2)),
+    ((Kind.MAMBA, None, 2), (Kind.SLIDING_WINDOW, None, 2)),
+    ((Kind.MAMBA, None, 2), (Kind.MAMBA, None, 2)),
+)
+"""Two groups of block size 2 with hash unit 1: a hybrid Mamba model and its kin."""
+
+
+def hash_unit_goals(bound: int | None) -> list[Goal]:
+    """min == L* on a query with hash unit 1 that has a partially filled block
+    (every (true, false, partial) row of its groups), with the smallest M and
+    fewest held units."""
+    blocks = bound or 3
+    note = "hash unit 1, a partial block; smallest M, then fewest held units"
+    goals = []
+    for group_set in HASH_UNIT_SETS:
+        sq = fine_sym_query(
+            [(kind, drafter) for kind, drafter, _ in group_set],
+            [b for _, _, b in group_set],
+            unit=1,
+            max_top=blocks * 2,
+            name="minh",
+        )
+        sq.pre.append(sq.partial_somewhere())
+        goals.append(
+            spec_goal(
+                label(group_set, 1) + " h=1",
+                sq,
+                "min of groups",
+                min_of_groups,
+                note=note,
+                smallest=True,
+            )
+        )
+    return goals
+
+
 THEOREMS = [
     Theorem(
         name="min_at_least_longest",
@@ -145,5 +199,20 @@ THEOREMS = [
         build=refutation_goals,
         rests_on="model code: min_of_groups, finders",
         scope="M <= N; 1-3 groups, b = A = 1",
+    ),
+    Theorem(
+        name="min_is_longest_hash_unit",
+        statement=(
+            "Min-of-groups answers L* on queries with a hash unit and a partially filled "
+            "block (known wrong): refuted on the fine query, drawn as the coarse query "
+            'with its {"upto": p} entry.'
+        ),
+        expected=Status.REFUTED,
+        bounded=True,
+        bound=3,
+        quick_bound=2,
+        build=hash_unit_goals,
+        rests_on="model code: min_of_groups, finders, fine_query, fine_row",
+        scope="M <= 2N; 2 groups of b = 2, h = A = 1, a partial block",
     ),
 ]
