@@ -13,8 +13,9 @@ request's tokens. Blocks below L // b are read, not written.
 
 A hit is then valid under the ledger when, in every group, each block the hit
 reads (the spec's reused blocks at L, a block the hit ends inside read up to L) is
-in the table (or copied into it) and holds exactly this request's prefix through
-what is read; a Mamba block holds the state at exactly L. A group with a lookahead
+in the table (or copied into it), and each block of the table below L (and the one
+the hit ends inside, when the group reads it) holds exactly this request's prefix
+through what is read; a Mamba block holds the state at exactly L. A group with a lookahead
 drafter of La tokens finds a block by a key that also covers the next La tokens, so
 the block must hold this request's next La tokens too. Anything else is a *stale
 block*: the engine serves KV computed for other tokens.
@@ -104,7 +105,9 @@ class Ledger:
                         f"stale block: group {i} reads block {j} at L={length}, "
                         "but its table holds no block there"
                     )
-            for j in range(-(-length // g.block_size)):
+            whole = length // g.block_size
+            inside = [whole] if length % g.block_size and whole in read else []
+            for j in [*range(whole), *inside]:
                 block = admitted.read_block(i, j)
                 if block is None:
                     continue

@@ -190,12 +190,13 @@ def unit_and_sizes(
     rng: random.Random, kinds: Sequence[str], groups: int
 ) -> tuple[int | None, list[int]]:
     """A hash unit (a quarter of the time, when ``kinds`` allows one) and ``groups``
-    block sizes, mostly one common size: without a unit from :data:`DRAWN_BLOCK_SIZES`,
-    with unit h multiples of h that are mostly larger than it (2h or 4h)."""
+    block sizes, the first a common size that most others share: without a unit from
+    :data:`DRAWN_BLOCK_SIZES`, with unit h multiples of h, the common one 2h or 4h."""
     unit = rng.choice(DRAWN_UNITS) if Choice.HASH_UNIT in kinds and rng.random() < 0.25 else None
     drawn = DRAWN_BLOCK_SIZES if unit is None else tuple(unit * m for m in (1, 2, 2, 4))
     common = rng.choice(drawn[1:] if unit is not None else drawn)
-    return unit, [common if rng.random() < 0.7 else rng.choice(drawn) for _ in range(groups)]
+    others = [common if rng.random() < 0.7 else rng.choice(drawn) for _ in range(groups - 1)]
+    return unit, [common, *others]
 
 
 def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
