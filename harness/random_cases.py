@@ -165,21 +165,20 @@ def random_row(rng: random.Random, blocks: int) -> tuple[bool, ...]:
 
 
 def partial_row(
-    row: Sequence[bool], b: int, unit: int, boundary: Callable[[int], int | None]
+    rng: random.Random, row: Sequence[bool], b: int, unit: int
 ) -> tuple[bool | Upto, ...]:
-    """``row`` with block j partially filled up to ``boundary(j)`` wherever that
-    gives a fine boundary inside it (None: the block stays as it is).
+    """``row`` with a fifth of its blocks partially filled, each up to a fine boundary
+    of ``unit`` inside it drawn at random (none when a block is one unit).
 
-    >>> partial_row((True, False, True), 4, 2, lambda j: 4 * j + 2 if j else None)
-    (True, Upto(end=6), Upto(end=10))
+    >>> partial_row(random.Random(1), (True, False, True, True), 4, 1)
+    (Upto(end=1), False, True, True)
     """
     if b == unit:
         return tuple(row)
-    out: list[bool | Upto] = []
-    for j, bit in enumerate(row):
-        end = boundary(j)
-        out.append(Upto(end) if end is not None else bit)
-    return tuple(out)
+    return tuple(
+        Upto(j * b + unit * rng.randint(1, b // unit - 1)) if rng.random() < 0.2 else bit
+        for j, bit in enumerate(row)
+    )
 
 
 DRAWN_UNITS = (1, 1, 2)
@@ -213,18 +212,11 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     max_length = alignment * rng.randint(0, max(1, reach // alignment)) + rng.randint(-1, 1)
     max_length = max(0, min(max_length, reach))
     num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, sizes[0]))
-    cached = tuple(random_row(rng, max_length // g.block_size + 1) for g in groups)
-    if unit is not None:
-        cached = tuple(
-            partial_row(row, b, unit, lambda j, b=b: fine_boundary(rng, j, b, unit))
-            for row, b in zip(cached, sizes)
-        )
+    rows = [random_row(rng, max_length // b + 1) for b in sizes]
+    cached = tuple(
+        rows if unit is None else (partial_row(rng, r, b, unit) for r, b in zip(rows, sizes))
+    )
     return Query(groups, cached, max_length, num_tokens, alignment, unit)
-
-
-def fine_boundary(rng: random.Random, j: int, b: int, unit: int) -> int | None:
-    """A fine boundary inside block j a fifth of the time (None otherwise)."""
-    return j * b + unit * rng.randint(1, b // unit - 1) if rng.random() < 0.2 else None
 
 
 class QueryShape(StrEnum):

@@ -2,9 +2,9 @@
 
 :class:`ProgramMachine` is a ``RuleBasedStateMachine``: it creates an engine (1-3
 groups of every kind, drafters of every behaviour a kind can carry, windows of both
-conventions, block sizes 1, 2 and 4 mixed, the default or a doubled alignment, a
-third of the time a hash unit finer than the blocks, and a pool barely larger than
-one request, so that eviction happens all the time), then admits prompts (new ones,
+conventions, block sizes 1, 2 and 4 mixed, the default or a doubled alignment, 30%
+of the time a hash unit finer than the blocks, and a pool barely larger than one
+request, so that eviction happens all the time), then admits prompts (new ones,
 repeats, branches of earlier prompts cut anywhere, inside a block too, and extensions
 long enough that blocks leave sliding windows) and finishes running requests. Every
 operation is judged (:mod:`kvhit.harness.stateful`); the first disagreement fails the
