@@ -18,9 +18,11 @@ def tree_holds(q: Query) -> bool:
     """The adapter's rules (engines/sglang/target.py ``layout``), restated: one full group and
     at most one window (reaching back >= 1 token) or Mamba group (b = 1, the state
     after the last full block cached); one block size, A = b; a full row that is a
-    prefix; the other row's bits within it; no eagle."""
+    prefix; the other row's bits within it; no drafter, no hash unit."""
     kinds = [g.kind for g in q.groups]
     b = q.groups[0].block_size
+    if q.hash_unit is not None or any(g.drafter for g in q.groups):
+        return False
     if kinds.count(Kind.FULL) != 1 or len(kinds) > 2 or any(g.eagle for g in q.groups):
         return False
     if any(g.block_size != b for g in q.groups) or q.alignment != b:

@@ -371,7 +371,9 @@ def drawn_programs(kinds: Any, count: int = 150) -> list[Program]:
     """``count`` engine configurations the machine draws from ``kinds``."""
     out: list[Program] = []
 
-    @settings(max_examples=count, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=count, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(engines(kinds, 16, (1, 2, 4)))
     def collect(p: Program) -> None:
         out.append(p)
