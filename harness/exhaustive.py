@@ -50,6 +50,7 @@ from kvhit.model.spec import (
     default_alignment,
     fine_query,
     fine_row,
+    longest_hit,
     needed_blocks,
     past_request,
     touched_blocks,
@@ -162,8 +163,16 @@ class Scope:
         return out
 
 
+FINE_BITS = 62
+"""The most fine bits a state's bitmap may have to fit an int64."""
+
+
 def reference_lengths(scope: Scope, codes: torch.Tensor) -> torch.Tensor:
-    """L* of every state in ``codes`` (an int64 tensor), by one mask test per candidate."""
+    """L* of every state in ``codes`` (an int64 tensor), by one mask test per candidate;
+    a scope whose fine bitmaps do not fit an int64 (a block of many hash units) asks
+    the spec state by state instead."""
+    if sum(b * u for b, u in zip(scope.blocks(), scope.units())) > FINE_BITS:
+        return torch.tensor([longest_hit(scope.query(c)).length for c in codes.tolist()])
     fine = scope.fine_codes(codes)
     best = torch.zeros_like(codes)
     for length in reversed(scope.template.candidates()):

@@ -185,3 +185,11 @@ def test_drawing_a_fine_query_shows_units_blocks_and_drafters() -> None:
     assert lines[2].endswith("drafter=none   # # | . . | @ @")
     assert explain(q, 6) == "group 0 needs unit 6 at L=6, not cached"  # the eagle's drop
     assert explain(q, 4) == "group 1 needs units 2, 3 at L=4, not cached"
+
+
+def test_a_scope_too_wide_for_one_word_asks_the_spec() -> None:
+    scope = exhaustive.Scope.of((Group(Kind.FULL, 128),), 200, hash_unit=1)
+    assert scope.states == 129**2  # 256 fine bits: no int64 holds them
+    codes = [0, 5, 128, 129 + 60, 129**2 - 1]
+    lengths = exhaustive.reference_lengths(scope, exhaustive.torch.tensor(codes))
+    assert lengths.tolist() == [0, 5, 128, 60, 200]
