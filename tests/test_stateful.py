@@ -189,7 +189,7 @@ def test_each_broken_engine_is_caught_with_a_short_replayable_program(
 def test_the_impl_passes_a_campaign() -> None:
     tally = run_programs(open_stateful("impl"), "impl", ProgramPlan(steps=25), programs=150)
     assert not tally.found and tally.cases == 150
-    assert tally.counts["ok"] > 800 and tally.operations > 1500
+    assert tally.counts["ok"] > 600 and tally.operations > 1200  # copies make pools tighter
 
 
 class Recorder:
