@@ -205,7 +205,7 @@ def every_state_scopes(path: str) -> list[tuple[str, Scope]]:
     """The scope of each query in ``path``; BadInput if the file is bad or they hold
     more than :data:`MAX_STATES` states in all."""
     scopes = [
-        (label, Scope.of(q.groups, q.max_length, q.num_tokens, q.alignment))
+        (label, Scope.of(q.groups, q.max_length, q.num_tokens, q.alignment, q.hash_unit))
         for label, q in read_queries(path)
     ]
     total = sum(scope.states for _, scope in scopes)

@@ -20,6 +20,8 @@ from kvhit.errors import Unsupported
 
 def find_hit(query: dict[str, Any]) -> int:
     """The hit for a normalized query: the min of each group's own longest hit (wrong)."""
+    if "hash_unit" in query:
+        raise Unsupported("hash units (partially filled blocks) are not handled here")
     step = query["alignment"]
     top = query["max_length"] // step * step
     groups = zip(query["groups"], query["cached"])
@@ -40,8 +42,8 @@ def needed_blocks(group: dict[str, Any], length: int) -> range:
     >>> needed_blocks({"kind": "sliding_window", "block_size": 1, "window": 2}, 4)
     range(3, 4)
     """
-    if group.get("eagle"):
-        raise Unsupported("eagle groups are not handled here")
+    if group.get("drafter"):
+        raise Unsupported("groups with a drafter are not handled here")
     n = length // group["block_size"]
     if group["kind"] == "full":
         return range(n)

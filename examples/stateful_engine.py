@@ -33,8 +33,10 @@ class FullAttentionEngine:
 
     def __init__(self, config: dict[str, Any]):
         groups = config["groups"]
-        if any(g["kind"] != "full" or g.get("eagle") for g in groups):
-            raise Unsupported("this example serves full attention only")
+        if any(g["kind"] != "full" or g.get("drafter") for g in groups):
+            raise Unsupported("this example serves full attention only, without drafters")
+        if config.get("hash_unit"):
+            raise Unsupported("this example caches whole blocks only: no hash unit")
         self.sizes = [g["block_size"] for g in groups]
         self.alignment = config["alignment"]
         self.free = dict.fromkeys(range(config["num_blocks"]))  # in eviction order

@@ -26,12 +26,14 @@ nor is ``rejected`` (a stateful engine whose pool cannot hold a request now).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from kvhit.draw import explain
 from kvhit.model.ops import PY
-from kvhit.model.spec import Answer, Query, reused_blocks
+from kvhit.model.spec import Answer, Query, Upto, answer_at
 from kvhit.targets.runner import Reply
 from kvhit.targets.wire import BadReturn, decode_answer
 
@@ -70,16 +72,22 @@ class Outcome:
         return self.cls not in NOT_DISAGREEMENTS
 
 
+def held(row: Sequence[Any], j: int) -> bool:
+    """Whether block j of a row is cached, wholly or (:class:`Upto`) in part."""
+    return 0 <= j < len(row) and (isinstance(row[j], Upto) or PY.bit(row, j))
+
+
 def blocks_problem(q: Query, length: int, blocks: list[list[int]]) -> str:
     """Why the listed blocks are wrong for a hit of ``length``, or '' when they are right."""
-    for i, (g, row, listed) in enumerate(zip(q.groups, q.cached, blocks)):
+    needed = answer_at(q, length).blocks
+    for i, (g, row, listed, reused) in enumerate(zip(q.groups, q.cached, blocks, needed)):
         past = -(-length // g.block_size)
         for j in listed:
-            if not PY.bit(row, j):
+            if not held(row, j):
                 return f"group {i} lists block {j}, which is not cached"
             if j >= past:
                 return f"group {i} lists block {j}, past the hit of {length} tokens"
-        missing = sorted(set(reused_blocks(g, length)) - set(listed))
+        missing = sorted(set(reused) - set(listed))
         if missing:
             return f"group {i} needs block {missing[0]} at L={length}, not listed"
     return ""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Drafter, Group, Kind, Query, WindowConvention
+from kvhit.model.spec import Drafter, Group, Kind, Query, Upto, WindowConvention
 
 CORPUS_FILE = "corpus.json"
 SOURCE = Path(__file__).with_name(CORPUS_FILE)
@@ -57,11 +57,15 @@ def near_multiples(unit: int, count: int) -> list[int]:
 def boundary_groups(block_sizes: Sequence[int] = (1, 2)) -> Iterator[Group]:
     """Groups of every kind whose windows and chunks sit on and next to block boundaries.
     Inclusive windows reach t = w - 1 tokens back; one exclusive window per block size
-    reaches one token past the last of them (t = 2b + 1)."""
+    reaches one token past the last of them (t = 2b + 1). Drafters: drop on full and
+    windows, none on a window, a lookahead of b + 1 tokens on full and Mamba."""
     for b in block_sizes:
         yield Group(Kind.FULL, b)
         yield Group(Kind.FULL, b, drafter=Drafter.DROP)
+        yield Group(Kind.FULL, b, drafter=Drafter.LOOKAHEAD, lookahead=b + 1)
         yield Group(Kind.MAMBA, b)
+        yield Group(Kind.MAMBA, b, drafter=Drafter.LOOKAHEAD, lookahead=b + 1)
+        yield Group(Kind.SLIDING_WINDOW, b, window=b + 1, drafter=Drafter.NONE)
         for w in near_multiples(b, 2):
             yield Group(Kind.SLIDING_WINDOW, b, window=w)
             yield Group(Kind.SLIDING_WINDOW, b, window=w, drafter=Drafter.DROP)
@@ -83,20 +87,47 @@ def boundary_queries() -> Iterator[Query]:
                     yield from holes(groups, max_length, num_tokens, alignment)
 
 
+def unit_queries() -> Iterator[Query]:
+    """Each boundary group of block size 2 or 4 beside a full group of block size 1,
+    with a hash unit of half a block, at alignments h and 2h and M next to their
+    multiples: fully cached, or one block missing or partially filled up to each of
+    its fine boundaries."""
+    for g in boundary_groups((2, 4)):
+        unit = g.block_size // 2
+        groups = (g, Group(Kind.FULL, unit))
+        for alignment in (unit, 2 * unit):
+            for max_length in near_multiples(alignment, 2):
+                for num_tokens in (max_length + 1, max_length + g.block_size):
+                    yield from holes(groups, max_length, num_tokens, alignment, unit)
+
+
 def holes(
-    groups: tuple[Group, ...], max_length: int, num_tokens: int, alignment: int
+    groups: tuple[Group, ...],
+    max_length: int,
+    num_tokens: int,
+    alignment: int,
+    hash_unit: int | None = None,
 ) -> Iterator[Query]:
-    """The fully cached state, and each state with one block of group 0 missing."""
-    reach = max_length // groups[0].block_size + 1
+    """The fully cached state, and each state with one block of group 0 missing or
+    (with a hash unit) partially filled up to each of its fine boundaries."""
+    b = groups[0].block_size
+    reach = max_length // b + 1
     rows = [tuple(True for _ in range(max_length // g.block_size + 1)) for g in groups]
+    step = b if hash_unit is None else hash_unit
     for hole in range(-1, reach):
-        first = tuple(j != hole for j in range(reach))
-        yield Query(
-            groups, (first, *rows[1:]), max_length, max(num_tokens, max_length + 1), alignment
-        )
+        entries: list[bool | Upto] = [
+            False,
+            *map(Upto, range(hole * b + step, (hole + 1) * b, step)),
+        ]
+        for entry in entries if hole >= 0 else [True]:
+            first = tuple(entry if j == hole else True for j in range(reach))
+            tokens = max(num_tokens, max_length + 1)
+            yield Query(groups, (first, *rows[1:]), max_length, tokens, alignment, hash_unit)
 
 
 def corpus_queries() -> Iterator[Query]:
-    """The whole corpus: the solver states, then the boundary states."""
+    """The whole corpus: the solver states, then the boundary states, then those with
+    a hash unit."""
     yield from solver_queries()
     yield from boundary_queries()
+    yield from unit_queries()

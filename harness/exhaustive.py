@@ -1,14 +1,20 @@
 """Exhaustive enumeration of small scopes, with the reference side vectorized in torch.
 
-A :class:`Scope` fixes the groups, M, T and A; its states are every cache bitmap of
-the blocks a hit can touch (the blocks up to M, plus the next one for an eagle
-group). State number ``code`` caches block j of group g iff bit ``offset[g] + j``
-of ``code`` is set, so all states are ``0 … 2^bits - 1``.
+A :class:`Scope` fixes the groups, M, T, A and perhaps a hash unit h; its states are
+every cache state of the blocks a hit can touch (the blocks up to M, plus the next
+one for an eagle group). Without a hash unit a block is cached or not; with one, a
+block of b = k·h tokens has k + 1 *levels*: absent, partially filled up to each of
+its k - 1 inner fine boundaries (:class:`kvhit.model.spec.Upto`), or cached. State
+number ``code`` reads, digit by digit (group by group, block by block, the lowest
+first), each block's level, so all states are ``0 … states - 1``; without a hash
+unit the digits are bits, and block j of group g is bit ``offset[g] + j``.
 
-L* for a whole batch of states costs one mask test per candidate: a hit of L is
-valid for every group iff all blocks any group needs at L are cached, which is
-``code & need[L] == need[L]`` (and, for an eagle group, the request holds the next
-block). The masks come from the spec's own ``needed_blocks``.
+L* for a whole batch of states costs one mask test per candidate on the states'
+*fine* bitmaps (one bit per unit of h, :func:`kvhit.model.spec.fine_row`; the code
+itself without a hash unit): a hit of L is valid for every group iff all units any
+group needs at L are held, which is ``fine & need[L] == need[L]`` (and the request
+holds every drafter's key at L). The masks come from the spec's own
+``needed_blocks`` on the :func:`kvhit.model.spec.fine_query`.
 
     >>> from kvhit.model.spec import Group
     >>> scope = Scope.of((Group(Kind.SLIDING_WINDOW, 1, window=2),) * 2, max_length=2)
@@ -16,13 +22,19 @@ block). The masks come from the spec's own ``needed_blocks``.
     16
     >>> int(reference_lengths(scope, torch.tensor([0b0110]))[0])  # rows ".#" and "#."
     0
+    >>> scope = Scope.of((Group(Kind.FULL, 2),), max_length=3, hash_unit=1)
+    >>> scope.states, scope.query(5).cached  # levels 2 and 1: [True, Upto(3)]
+    (9, ((True, Upto(end=3)),))
+    >>> int(reference_lengths(scope, torch.tensor([5]))[0])
+    3
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from itertools import product
+from itertools import combinations, product
+from math import prod
 
 import torch
 
@@ -32,9 +44,13 @@ from kvhit.model.spec import (
     Group,
     Kind,
     Query,
+    Upto,
     WindowConvention,
     answer_at,
     default_alignment,
+    fine_query,
+    fine_row,
+    longest_hit,
     needed_blocks,
     past_request,
     touched_blocks,
@@ -56,12 +72,15 @@ class Scope:
         max_length: int,
         num_tokens: int | None = None,
         alignment: int | None = None,
+        hash_unit: int | None = None,
     ) -> Scope:
         """The scope of ``groups`` at M = ``max_length`` (T and A default as in the
-        protocol: M + 1 and the lcm of the block sizes)."""
+        protocol: M + 1, and the hash unit or else the lcm of the block sizes)."""
         tokens = max_length + 1 if num_tokens is None else num_tokens
-        align = default_alignment(groups) if alignment is None else alignment
-        return Scope(Query(groups, tuple(() for _ in groups), max_length, tokens, align))
+        default = default_alignment(groups) if hash_unit is None else hash_unit
+        align = default if alignment is None else alignment
+        rows = tuple(() for _ in groups)
+        return Scope(Query(groups, rows, max_length, tokens, align, hash_unit))
 
     @property
     def groups(self) -> tuple[Group, ...]:
@@ -72,46 +91,94 @@ class Scope:
         """How many blocks of each group a hit can touch."""
         return [touched_blocks(self.template, g) for g in self.groups]
 
+    def units_of(self, g: Group) -> int:
+        """How many hash units a block of group g holds (1 without a hash unit)."""
+        h = self.template.hash_unit
+        return 1 if h is None else g.block_size // h
+
+    def units(self) -> list[int]:
+        """:meth:`units_of` each group."""
+        return [self.units_of(g) for g in self.groups]
+
     def offsets(self) -> list[int]:
-        """The bit of ``code`` that holds block 0 of each group."""
+        """The fine bit that holds unit 0 of each group's block 0."""
         out, at = [], 0
-        for count in self.blocks():
+        for count, units in zip(self.blocks(), self.units()):
             out.append(at)
-            at += count
+            at += count * units
         return out
 
     @property
     def states(self) -> int:
-        """The number of cache states: 2 to the number of blocks."""
-        return 1 << sum(self.blocks())
+        """The number of cache states: the product of every block's levels."""
+        return prod((units + 1) ** count for count, units in zip(self.blocks(), self.units()))
 
     def need_mask(self, length: int) -> int | None:
-        """The bits that must be set for a hit of ``length``; None if the request is
-        too short for an eagle group's next block."""
+        """The fine bits that must be set for a hit of ``length``; None if the request
+        is too short for a drafter's key (an eagle group's next block, La tokens)."""
+        fine = fine_query(self.template)
         mask = 0
-        for g, at in zip(self.groups, self.offsets()):
-            if past_request(g, length, self.template.num_tokens):
+        for g, at in zip(fine.groups, self.offsets()):
+            if past_request(g, length, fine.num_tokens):
                 return None
             for j in needed_blocks(g, length):
                 mask |= 1 << (at + j)
         return mask
 
+    def entry(self, g: Group, j: int, level: int) -> bool | Upto:
+        """Block j of group g at ``level``: absent, partial up to ``level`` units, or
+        cached."""
+        units = self.units_of(g)
+        if 0 < level < units:
+            return Upto(j * g.block_size + level * (g.block_size // units))
+        return level == units
+
+    def digits(self, code: int) -> Iterator[tuple[int, int, int]]:
+        """(group, block, level) of every block of state ``code``, in digit order."""
+        for i, (count, units) in enumerate(zip(self.blocks(), self.units())):
+            for j in range(count):
+                code, level = divmod(code, units + 1)
+                yield i, j, level
+
     def query(self, code: int) -> Query:
         """The query of state ``code``."""
-        rows = tuple(
-            tuple(bool(code >> (at + j) & 1) for j in range(count))
-            for at, count in zip(self.offsets(), self.blocks())
-        )
-        return replace(self.template, cached=rows)
+        rows: list[list[bool | Upto]] = [[] for _ in self.groups]
+        for i, j, level in self.digits(code):
+            rows[i].append(self.entry(self.groups[i], j, level))
+        return replace(self.template, cached=tuple(map(tuple, rows)))
+
+    def fine_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """The fine bitmaps of the states ``codes`` (the codes themselves without a
+        hash unit): each block's level, looked up as its units' bits."""
+        h = self.template.hash_unit
+        if h is None:
+            return codes
+        out, rest = torch.zeros_like(codes), codes.clone()
+        for g, count, units, at in zip(self.groups, self.blocks(), self.units(), self.offsets()):
+            bits = [fine_row(g, (self.entry(g, 0, k),), h) for k in range(units + 1)]
+            table = torch.tensor([sum(b << i for i, b in enumerate(row)) for row in bits])
+            for j in range(count):
+                out |= table[rest % (units + 1)] << (at + j * units)
+                rest = rest // (units + 1)
+        return out
+
+
+FINE_BITS = 62
+"""The most fine bits a state's bitmap may have to fit an int64."""
 
 
 def reference_lengths(scope: Scope, codes: torch.Tensor) -> torch.Tensor:
-    """L* of every state in ``codes`` (an int64 tensor), by one mask test per candidate."""
+    """L* of every state in ``codes`` (an int64 tensor), by one mask test per candidate;
+    a scope whose fine bitmaps do not fit an int64 (a block of many hash units) asks
+    the spec state by state instead."""
+    if sum(b * u for b, u in zip(scope.blocks(), scope.units())) > FINE_BITS:
+        return torch.tensor([longest_hit(scope.query(c)).length for c in codes.tolist()])
+    fine = scope.fine_codes(codes)
     best = torch.zeros_like(codes)
     for length in reversed(scope.template.candidates()):
         mask = scope.need_mask(length)
         if mask is not None and length > 0:
-            best.masked_fill_(codes & mask == mask, length)  # longer valid lengths come later
+            best.masked_fill_(fine & mask == mask, length)  # longer valid lengths come later
     return best
 
 
@@ -125,9 +192,11 @@ def cases(scope: Scope) -> Iterator[tuple[Query, Answer]]:
 
 
 def gate_groups() -> list[Group]:
-    """Small groups of every kind, with windows and chunks on and off block boundaries.
-    The window reaching 2 tokens back at b = 1 is stated in the exclusive convention
-    (SGLang's w = 2, the KV of vLLM's w = 3), so both conventions are enumerated."""
+    """Small groups of every kind, with windows and chunks on and off block boundaries,
+    and drafters of each behaviour (a lookahead of 2 tokens, so that T = M + 1 keeps
+    the last candidate from some keys). The window reaching 2 tokens back at b = 1 is
+    stated in the exclusive convention (SGLang's w = 2, the KV of vLLM's w = 3), so
+    both conventions are enumerated."""
     return [
         Group(Kind.FULL, 1),
         Group(Kind.SLIDING_WINDOW, 1, window=1),
@@ -140,13 +209,38 @@ def gate_groups() -> list[Group]:
         Group(Kind.FULL, 1, drafter=Drafter.DROP),
         Group(Kind.FULL, 2, drafter=Drafter.DROP),
         Group(Kind.SLIDING_WINDOW, 1, window=2, drafter=Drafter.DROP),
+        Group(Kind.SLIDING_WINDOW, 2, window=3, drafter=Drafter.NONE),
+        Group(Kind.FULL, 1, drafter=Drafter.LOOKAHEAD, lookahead=2),
+        Group(Kind.MAMBA, 1, drafter=Drafter.LOOKAHEAD, lookahead=2),
+    ]
+
+
+def unit_groups() -> list[Group]:
+    """Small groups of every kind whose blocks hold two hash units of 1 token (one
+    holds four), with a drop and a lookahead drafter: where sub-block hits and
+    partially filled blocks change L*."""
+    return [
+        Group(Kind.FULL, 2),
+        Group(Kind.FULL, 4),
+        Group(Kind.SLIDING_WINDOW, 2, window=2),
+        Group(Kind.SLIDING_WINDOW, 2, window=4),
+        Group(Kind.CHUNKED_LOCAL, 2, chunk=3),
+        Group(Kind.MAMBA, 2),
+        Group(Kind.FULL, 2, drafter=Drafter.DROP),
+        Group(Kind.MAMBA, 2, drafter=Drafter.LOOKAHEAD, lookahead=2),
     ]
 
 
 def gate_scopes(max_length: int = 4) -> list[Scope]:
     """The gate's scopes: each small group alone with M = ``max_length``, and every
-    ordered pair with M one less (to keep the count of states small)."""
+    ordered pair with M one less (to keep the count of states small); then the same
+    for the :func:`unit_groups` with a hash unit of 1 token, at M one more and with
+    unordered pairs."""
     groups = gate_groups()
     singles = [Scope.of((g,), max_length) for g in groups]
     pairs = [Scope.of(pair, max_length - 1) for pair in product(groups, repeat=2)]
-    return singles + pairs
+    fine = unit_groups()
+    m = max_length + 1
+    fine_singles = [Scope.of((g,), m, hash_unit=1) for g in fine]
+    fine_pairs = [Scope.of(pair, m - 1, hash_unit=1) for pair in combinations(fine, 2)]
+    return singles + pairs + fine_singles + fine_pairs

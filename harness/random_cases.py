@@ -3,7 +3,10 @@
 Windows, chunks, M and the cache density are drawn near the values where hits
 change: windows and chunks around multiples of the block size, M around multiples
 of the alignment, and rows that are mostly cached with a few holes. About 30% of the
-windows are exclusive (SGLang's convention), the rest inclusive.
+windows are exclusive (SGLang's convention), the rest inclusive; about 30% of the
+groups carry a drafter (any behaviour their kind can have, :data:`DRAFTERS`), and
+about a quarter of the queries have a hash unit h finer than their blocks, with
+some blocks partially filled (:class:`kvhit.model.spec.Upto`).
 
     >>> a = [q.to_json() for q in random_queries(seed=3, count=5)]
     >>> b = [q.to_json() for q in random_queries(seed=3, count=5)]
@@ -15,12 +18,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from enum import StrEnum
 from functools import cache
 from itertools import count as forever
 from math import lcm
+from typing import Any
 
 from kvhit.model.spec import (
+    DRAFTERS,
     EAGLE_KINDS,
     KINDS,
     PARAMETERS,
@@ -28,6 +34,7 @@ from kvhit.model.spec import (
     Group,
     Kind,
     Query,
+    Upto,
     WindowConvention,
     group_of,
 )
@@ -35,27 +42,44 @@ from kvhit.model.spec import (
 
 class Choice(StrEnum):
     """What a generator may draw: a kind (one member per :class:`Kind`, of the same
-    name and value), or ``eagle`` (eagle flags allowed)."""
+    name and value), ``eagle`` (drop drafters, on the kinds that can drop),
+    ``drafter`` (every drafter behaviour each kind can carry: drop, none, lookahead
+    with its La) or ``hash_unit`` (a hash unit finer than the blocks, and partially
+    filled blocks). Every choice is drawn by default."""
 
     FULL = "full"
     SLIDING_WINDOW = "sliding_window"
     CHUNKED_LOCAL = "chunked_local"
     MAMBA = "mamba"
     EAGLE = "eagle"
+    DRAFTER = "drafter"
+    HASH_UNIT = "hash_unit"
 
 
 CHOICES = tuple(Choice)
 
 
+def drafters_for(kinds: Sequence[str], kind: Kind) -> tuple[Drafter, ...]:
+    """The drafters a group of ``kind`` may be drawn with under the choices ``kinds``.
+
+    >>> drafters_for(["mamba", "eagle"], Kind.MAMBA), drafters_for(["drafter"], Kind.MAMBA)
+    ((), (<Drafter.NONE: 'none'>, <Drafter.LOOKAHEAD: 'lookahead'>))
+    """
+    if Choice.DRAFTER in kinds:
+        return DRAFTERS[kind]
+    return (Drafter.DROP,) if Choice.EAGLE in kinds and kind in EAGLE_KINDS else ()
+
+
 def choices(names: Iterable[str]) -> tuple[Choice, ...]:
-    """``names`` as choices; ValueError naming the first that is none.
+    """``names`` as choices; ValueError naming the first that is none (the message
+    says *kind*, what most choices are).
 
     >>> choices(["mamba", "eagle"])
     (<Choice.MAMBA: 'mamba'>, <Choice.EAGLE: 'eagle'>)
     >>> choices(["slidingwindow"])
     Traceback (most recent call last):
     ...
-    ValueError: unknown kind 'slidingwindow'; choose from full, sliding_window, chunked_local, mamba, eagle
+    ValueError: unknown kind 'slidingwindow'; choose from full, sliding_window, chunked_local, mamba, eagle, drafter, hash_unit
     """
     out = []
     for name in names:
@@ -66,7 +90,7 @@ def choices(names: Iterable[str]) -> tuple[Choice, ...]:
 
 
 def kinds_of(picked: Sequence[Choice]) -> list[Kind]:
-    """The kinds among the choices (full when only ``eagle`` is picked)."""
+    """The kinds among the choices (full when none is picked, only ``eagle`` say)."""
     return [Kind(k) for k in picked if k in KINDS] or [Kind.FULL]
 
 
@@ -87,40 +111,49 @@ def near(rng: random.Random, unit: int, top: int) -> int:
 
 def make_group(
     kinds: Sequence[str],
-    pick: Callable[[Sequence[Kind]], Kind],
+    pick: Callable[[Sequence[Any]], Any],
     block_size: Callable[[], int],
     span: Callable[[int], int],
     coin: Callable[[], bool],
+    lookahead: Callable[[int], int] = lambda b: b,
 ) -> Group:
-    """One group: its kind picked from ``kinds`` (``eagle`` there allows an eagle flag,
-    set when ``coin()`` says so), then its ``block_size()`` b, then a window or chunk of
-    ``span(b)`` tokens; a window is exclusive (SGLang's convention) when a second
-    ``coin()`` says so, else inclusive. Every generator builds its groups here, each
-    drawing its own way (its coin's False, the common case, shrinks first).
+    """One group: its kind picked from ``kinds``, then its ``block_size()`` b, then a
+    window or chunk of ``span(b)`` tokens; when ``kinds`` allows the kind a drafter
+    (:func:`drafters_for`) and ``coin()`` says so, a drafter picked from those, with
+    La = ``lookahead(b)`` for a lookahead one; a window is exclusive (SGLang's
+    convention) when a last ``coin()`` says so, else inclusive. Every generator builds
+    its groups here, each drawing its own way (its coin's False, the common case,
+    shrinks first).
 
     >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
     Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, drafter=<Drafter.DROP: 'drop'>, window_convention=<WindowConvention.EXCLUSIVE: 'exclusive'>)
+    >>> last = lambda options: options[-1]
+    >>> make_group(["mamba", "drafter"], last, lambda: 2, min, lambda: True, lambda b: 3)
+    Group(kind=<Kind.MAMBA: 'mamba'>, block_size=2, window=None, chunk=None, drafter=<Drafter.LOOKAHEAD: 'lookahead'>, lookahead=3)
     """
     kind = pick(drawable(tuple(kinds)))
     b = block_size()
     parameter = span(b) if PARAMETERS[kind] is not None else None
-    eagle = Choice.EAGLE in kinds and kind in EAGLE_KINDS and coin()
+    allowed = drafters_for(kinds, kind)
+    drafter = pick(allowed) if allowed and coin() else None
     exclusive = kind == Kind.SLIDING_WINDOW and coin()
     convention = WindowConvention.EXCLUSIVE if exclusive else WindowConvention.INCLUSIVE
-    return group_of(kind, b, parameter, Drafter.DROP if eagle else None, convention)
+    group = group_of(kind, b, parameter, drafter, convention)
+    return replace(group, lookahead=lookahead(b)) if drafter == Drafter.LOOKAHEAD else group
 
 
 def random_group(
     rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int, least: int = 1
 ) -> Group:
     """One group of block size ``b``, windows and chunks near multiples of ``b`` (and
-    at least ``least`` tokens)."""
+    at least ``least`` tokens), a lookahead drafter's La from 0 to b + 1."""
     return make_group(
         kinds,
         rng.choice,
         lambda: b,
         lambda b: max(least, near(rng, b, b * max_blocks)),
         lambda: rng.random() < 0.3,
+        lambda b: rng.randint(0, b + 1),
     )
 
 
@@ -131,25 +164,59 @@ def random_row(rng: random.Random, blocks: int) -> tuple[bool, ...]:
     return tuple(rng.random() < density for _ in range(length))
 
 
+def partial_row(
+    rng: random.Random, row: Sequence[bool], b: int, unit: int
+) -> tuple[bool | Upto, ...]:
+    """``row`` with a fifth of its blocks partially filled, each up to a fine boundary
+    of ``unit`` inside it drawn at random (none when a block is one unit).
+
+    >>> partial_row(random.Random(1), (True, False, True, True), 4, 1)
+    (Upto(end=1), False, True, True)
+    """
+    if b == unit:
+        return tuple(row)
+    return tuple(
+        Upto(j * b + unit * rng.randint(1, b // unit - 1)) if rng.random() < 0.2 else bit
+        for j, bit in enumerate(row)
+    )
+
+
+DRAWN_UNITS = (1, 1, 2)
+"""The hash units drawn; each block size is then a multiple of the unit."""
+
+
+def unit_and_sizes(
+    rng: random.Random, kinds: Sequence[str], groups: int
+) -> tuple[int | None, list[int]]:
+    """A hash unit (a quarter of the time, when ``kinds`` allows one) and ``groups``
+    block sizes, the first a common size that most others share: without a unit from
+    :data:`DRAWN_BLOCK_SIZES`, with unit h multiples of h, the common one 2h or 4h."""
+    unit = rng.choice(DRAWN_UNITS) if Choice.HASH_UNIT in kinds and rng.random() < 0.25 else None
+    drawn = DRAWN_BLOCK_SIZES if unit is None else tuple(unit * m for m in (1, 2, 2, 4))
+    common = rng.choice(drawn[1:] if unit is not None else drawn)
+    others = [common if rng.random() < 0.7 else rng.choice(drawn) for _ in range(groups - 1)]
+    return unit, [common, *others]
+
+
 def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
     """One random query with at most ``max_blocks`` blocks per group in reach of M.
 
     Built directly, valid by construction (the tests check it against the parser), as
     generating cases is the harness's own share of a campaign's time.
     """
-    common = rng.choice(DRAWN_BLOCK_SIZES)
-    sizes = [
-        common if rng.random() < 0.7 else rng.choice(DRAWN_BLOCK_SIZES)
-        for _ in range(rng.randint(1, 4))
-    ]
+    unit, sizes = unit_and_sizes(rng, kinds, rng.randint(1, 4))
     groups = tuple(random_group(rng, kinds, max_blocks, b) for b in sizes)
-    alignment = lcm(*sizes) * rng.choice((1, 1, 1, 2))
+    step = lcm(*sizes) if unit is None else unit
+    alignment = step * rng.choice((1, 1, 1, 2))
     reach = min(sizes) * max_blocks
     max_length = alignment * rng.randint(0, max(1, reach // alignment)) + rng.randint(-1, 1)
     max_length = max(0, min(max_length, reach))
-    num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, common))
-    cached = tuple(random_row(rng, max_length // g.block_size + 1) for g in groups)
-    return Query(groups, cached, max_length, num_tokens, alignment)
+    num_tokens = max_length + 1 + rng.choice((0, 0, 0, 1, sizes[0]))
+    rows = [random_row(rng, max_length // b + 1) for b in sizes]
+    cached = tuple(
+        rows if unit is None else (partial_row(rng, r, b, unit) for r, b in zip(rows, sizes))
+    )
+    return Query(groups, cached, max_length, num_tokens, alignment, unit)
 
 
 class QueryShape(StrEnum):

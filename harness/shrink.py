@@ -1,9 +1,11 @@
 """Shrinking a disagreement to a small query that still shows it.
 
-Greedy: try each simpler query in turn (fewer groups, a smaller M, fewer blocks,
-fewer cached blocks, smaller windows and chunks, smaller block sizes, no eagle flag,
-an inclusive window for an exclusive one, the default alignment), keep the first
-that still has the property, and start over until nothing simpler has it. Every
+Greedy: try each simpler query in turn (fewer groups, a smaller M, fewer blocks, no
+hash unit, whole or absent blocks for partially filled ones, fewer cached blocks,
+smaller windows and chunks, smaller block sizes, no drafter or one that needs
+nothing, a shorter lookahead, an inclusive window for an exclusive one, the default
+alignment), keep the first that still has the property, and start over until
+nothing simpler has it. Every
 candidate goes through the protocol's own checks, so a shrunk query is always a
 valid one.
 
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kvhit.model.protocol import QueryError, parse_query
-from kvhit.model.spec import Query
+from kvhit.model.spec import Drafter, Query
 
 Json = dict[str, Any]
 
@@ -56,18 +58,43 @@ def smaller_limits(q: Json) -> Iterator[Json]:
 
 def without_span(q: Json) -> Iterator[Json]:
     """The query with the tokens ``[i·A, (i+1)·A)`` cut out: every group loses the
-    blocks over them, later blocks move down, and M and T are A shorter."""
+    blocks over them, later blocks (and partial blocks' ends) move down, and M and T
+    are A shorter. Only when A is a multiple of every block size."""
     a = q["alignment"]
-    if q["max_length"] < a:
+    if q["max_length"] < a or any(a % g["block_size"] for g in q["groups"]):
         return
     for i in range(q["max_length"] // a):
         out = copy.deepcopy(q)
         for g, row in zip(out["groups"], out["cached"]):
             per = a // g["block_size"]
             del row[i * per : (i + 1) * per]
+            for entry in row[i * per :]:
+                if isinstance(entry, dict):
+                    entry["upto"] -= a
         out["max_length"] -= a
         out["num_tokens"] -= a
         yield out
+
+
+def without_hash_unit(q: Json) -> Iterator[Json]:
+    """The query without its hash unit: partial blocks absent, or all whole."""
+    if "hash_unit" not in q:
+        return
+    for whole in (False, True):
+        out = {k: v for k, v in q.items() if k != "hash_unit"}
+        out["cached"] = [[whole if isinstance(e, dict) else e for e in row] for row in q["cached"]]
+        yield out
+        yield {**out, "alignment": None}
+
+
+def whole_blocks(q: Json) -> Iterator[Json]:
+    """One partially filled block made whole."""
+    for i, row in enumerate(q["cached"]):
+        for j, entry in enumerate(row):
+            if isinstance(entry, dict):
+                out = copy.deepcopy(q)
+                out["cached"][i][j] = True
+                yield out
 
 
 def shorter_rows(q: Json) -> Iterator[Json]:
@@ -83,7 +110,7 @@ def shorter_rows(q: Json) -> Iterator[Json]:
 
 
 def fewer_cached(q: Json) -> Iterator[Json]:
-    """One cached block uncached."""
+    """One cached (or partially filled) block uncached."""
     for i, row in enumerate(q["cached"]):
         for j, bit in enumerate(row):
             if bit:
@@ -92,12 +119,25 @@ def fewer_cached(q: Json) -> Iterator[Json]:
                 yield out
 
 
+def simpler_drafters(g: Json) -> list[Json]:
+    """Changes to group g's drafter, simplest first: none at all, one that needs
+    nothing (``none``), a shorter lookahead. A key mapped to None is dropped."""
+    if "drafter" not in g:
+        return []
+    changes: list[Json] = [{"eagle": False, "drafter": None, "lookahead": None}]
+    if g["drafter"] != Drafter.NONE:
+        changes.append({"eagle": False, "drafter": Drafter.NONE, "lookahead": None})
+    if "lookahead" in g:
+        changes += [{"lookahead": v} for v in smaller_ints(g["lookahead"], 0)]
+    return changes
+
+
 def simpler_groups(q: Json) -> Iterator[Json]:
-    """A group with a smaller window, chunk or block size, without the eagle flag, or
-    with an exclusive window read as inclusive (one token shorter; the convention is
-    kept unless the failure survives that)."""
+    """A group with a simpler drafter (:func:`simpler_drafters`), a smaller window,
+    chunk or block size, or with an exclusive window read as inclusive (one token
+    shorter; the convention is kept unless the failure survives that)."""
     for i, g in enumerate(q["groups"]):
-        changes: list[Json] = [{"eagle": False}] if g["eagle"] else []
+        changes = simpler_drafters(g)
         if "window_convention" in g:
             changes.append({"window_convention": "inclusive"})
         for key in ("window", "chunk", "block_size"):
@@ -105,7 +145,10 @@ def simpler_groups(q: Json) -> Iterator[Json]:
                 changes += [{key: v} for v in smaller_ints(g[key], 1)]
         for change in changes:
             out = copy.deepcopy(q)
-            out["groups"][i].update(change)
+            group = out["groups"][i]
+            group.update(change)
+            for key in [k for k, v in change.items() if v is None]:
+                del group[key]
             if "block_size" in change:
                 out["alignment"] = None
             yield out
@@ -121,7 +164,9 @@ STEPS = (
     smaller_limits,
     without_span,
     shorter_rows,
+    without_hash_unit,
     simpler_groups,
+    whole_blocks,
     fewer_cached,
     default_aligned,
 )

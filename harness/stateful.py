@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvhit.draw import draw
@@ -74,9 +74,12 @@ class ProgramRun:
 
     runner: Runner
     program: Program
-    ledger: Ledger = field(default_factory=Ledger)
+    ledger: Ledger = field(init=False)
     running: set[int] = field(default_factory=set)
     steps: list[Step] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.program.hash_unit)
 
     def start(self) -> Outcome:
         """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...)."""
@@ -104,13 +107,13 @@ class ProgramRun:
         reply = self.runner({"op": "snapshot", "tokens": list(op.tokens)})
         if reply.status != "answer":
             return failed(reply, "snapshot")
-        groups = self.program.groups
+        p = self.program
         try:
-            rows = decode_snapshot(reply.value, groups)
+            rows = decode_snapshot(reply.value, p.groups, p.hash_unit)
         except BadReturn as err:
             return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
         t = len(op.tokens)
-        return Query(groups, rows, t - 1, t, self.program.alignment)
+        return Query(p.groups, rows, t - 1, t, p.alignment, p.hash_unit)
 
     def admit(self, op: Admit) -> Step:
         """Snapshot, admit, and judge the hit against the ledger and the snapshot."""
@@ -122,7 +125,7 @@ class ProgramRun:
             return Step(op, failed(reply, "admit"), q)
         answer = json_safe(reply.value)
         try:
-            admitted = decode_admitted(reply.value, len(q.groups))
+            admitted = decode_admitted(reply.value, q.groups)
             if admitted is not None:
                 decode_answer(q, self.listed(admitted))
         except BadReturn as err:
@@ -229,7 +232,8 @@ class ProgramDisagreement:
         """The engine, the operations (the failing one marked), then the failing
         lookup drawn as the stateless gate draws it."""
         p = self.program
-        lines = [f"engine: {p.num_blocks} blocks, A={p.alignment}"]
+        unit = "" if p.hash_unit is None else f", h={p.hash_unit}"
+        lines = [f"engine: {p.num_blocks} blocks, A={p.alignment}{unit}"]
         lines += [f"group {i}  {g.describe()}" for i, g in enumerate(p.groups)]
         lines += [op_line(n, s) for n, s in enumerate(self.steps, 1)]
         lines.append(f"{self.cls}: {self.reason}")
@@ -238,7 +242,7 @@ class ProgramDisagreement:
             answer = self.last.answer
             marked = None
             if self.cls in ("unsafe", "lost_reuse", "wrong_blocks") and isinstance(answer, dict):
-                admitted = decode_admitted(answer, len(q.groups))
+                admitted = decode_admitted(answer, q.groups)
                 marked = admitted.reused_indices() if admitted else None
             lines.append("the engine's own snapshot at that lookup (@ = reused):")
             lines.append(draw(q, marked))
@@ -249,5 +253,5 @@ class ProgramDisagreement:
 def disagreement_of(target: str, program: Program, steps: list[Step]) -> ProgramDisagreement:
     """The disagreement of a run whose last step disagreed; the program is cut after it."""
     ops = tuple(s.op for s in steps if s.op is not None)
-    cut = Program(program.groups, program.num_blocks, program.alignment, ops)
+    cut = replace(program, ops=ops)
     return ProgramDisagreement(target, cut, tuple(steps))

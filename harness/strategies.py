@@ -17,18 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from kvhit.harness.random_cases import CHOICES, make_group
+from kvhit.harness.random_cases import CHOICES, Choice, make_group
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, default_alignment
 
 COIN = st.sampled_from((False,) * 7 + (True,) * 3)
 """True 30% of the time; shrinks towards False."""
+
+UNITS = (1, 2)
+"""The hash units drawn."""
 
 
 @st.composite
@@ -39,16 +43,18 @@ def group_configs(
     max_span: int = 4,
     least: int = 1,
 ) -> Group:
-    """One group: a kind from ``kinds`` (``eagle`` allows eagle flags), a block size
-    from ``block_sizes``, a window or chunk of ``least`` tokens to ``max_span`` blocks,
-    a window's convention. The eagle and exclusive coins come up 30% of the time, as in
-    :mod:`kvhit.harness.random_cases`, and shrink towards no eagle, inclusive."""
+    """One group: a kind from ``kinds`` (``eagle`` allows drop drafters, ``drafter``
+    every drafter the kind can carry), a block size from ``block_sizes``, a window or
+    chunk of ``least`` tokens to ``max_span`` blocks, a lookahead of 0 to b + 1 tokens,
+    a window's convention. The drafter and exclusive coins come up 30% of the time, as
+    in :mod:`kvhit.harness.random_cases`, and shrink towards no drafter, inclusive."""
     return make_group(
         kinds,
         lambda options: draw(st.sampled_from(options)),
         lambda: draw(st.sampled_from(block_sizes)),
         lambda b: draw(st.integers(least, max(least, max_span * b))),
         lambda: draw(COIN),
+        lambda b: draw(st.integers(0, b + 1)),
     )
 
 
@@ -60,6 +66,19 @@ def cache_rows(max_blocks: int) -> st.SearchStrategy[tuple[bool, ...]]:
 
 
 @st.composite
+def partial_rows(draw: st.DrawFn, g: Group, max_blocks: int, unit: int) -> list[Any]:
+    """A :func:`cache_rows` row of group g, with some blocks (30%) partially filled up
+    to a fine boundary of the hash ``unit``, in protocol form (``{"upto": p}``);
+    shrinks towards whole blocks and the first boundary."""
+    per, b = g.block_size // unit, g.block_size
+    out: list[Any] = []
+    for j, bit in enumerate(draw(cache_rows(max_blocks))):
+        partial = per > 1 and draw(COIN)
+        out.append({"upto": j * b + unit * draw(st.integers(1, per - 1))} if partial else bit)
+    return out
+
+
+@st.composite
 def queries(
     draw: st.DrawFn,
     max_groups: int = 4,
@@ -67,13 +86,23 @@ def queries(
     kinds: Sequence[str] = CHOICES,
 ) -> Query:
     """A valid query of up to ``max_groups`` groups, each with at most ``max_blocks``
-    blocks in reach of M. Shrinks towards fewer groups, a smaller M and fewer blocks."""
-    groups = draw(st.lists(group_configs(kinds), min_size=1, max_size=max_groups))
-    alignment = default_alignment(tuple(groups)) * draw(st.integers(1, 2))
+    blocks in reach of M; when ``kinds`` allows (``hash_unit``), 30% of them have a
+    hash unit h of 1 or 2 tokens, blocks of 2h or 4h and partially filled blocks.
+    Shrinks towards no hash unit, fewer groups, a smaller M and fewer blocks."""
+    unit = draw(st.sampled_from(UNITS)) if Choice.HASH_UNIT in kinds and draw(COIN) else None
+    sizes = (1, 2, 4) if unit is None else (2 * unit, 4 * unit)
+    groups = draw(st.lists(group_configs(kinds, sizes), min_size=1, max_size=max_groups))
+    step = default_alignment(tuple(groups)) if unit is None else unit
+    alignment = step * draw(st.integers(1, 2))
     reach = min(g.block_size for g in groups) * max_blocks
     max_length = draw(st.integers(0, max(0, reach)))
     extra = draw(st.integers(1, max(g.block_size for g in groups) + 1))
-    rows = [draw(cache_rows(max_length // g.block_size + 1)) for g in groups]
+    blocks = [max_length // g.block_size + 1 for g in groups]
+    rows = [
+        draw(cache_rows(n)) if unit is None else draw(partial_rows(g, n, unit))
+        for g, n in zip(groups, blocks)
+    ]
+    shown = {} if unit is None else {"hash_unit": unit}
     return parse_query(
         {
             "groups": [g.to_json() for g in groups],
@@ -81,6 +110,7 @@ def queries(
             "max_length": max_length,
             "num_tokens": max_length + extra,
             "alignment": alignment,
+            **shown,
         }
     )
 

@@ -2,9 +2,10 @@
 
 A stateless target answers one lookup on a cache state kvhit builds. A *stateful*
 target is a whole prefix cache: kvhit creates it for a list of groups (the query
-protocol's group objects), a pool of ``num_blocks`` physical blocks and an
-alignment, then drives it with a program of operations and watches how its cache
-evolves (docs/design.md §5.6; the checks are in :mod:`kvhit.harness.stateful`).
+protocol's group objects, drafters included), a pool of ``num_blocks`` physical
+blocks, an alignment and perhaps a hash unit, then drives it with a program of
+operations and watches how its cache evolves (docs/design.md §5.6; the checks are
+in :mod:`kvhit.harness.stateful`).
 
 Messages, one JSON object each (a Python engine gets the same as method calls):
 
@@ -12,11 +13,14 @@ Messages, one JSON object each (a Python engine gets the same as method calls):
 message                                                    answer
 =========================================================  ==========================
 ``{"op": "create", "groups": [...], "num_blocks": N,``     anything (ignored)
-``"alignment": A}``
+``"alignment": A}`` (and ``"hash_unit": h``, if any)
 ``{"op": "snapshot", "tokens": [t, ...]}``                 ``{"cached": [row per
                                                            group]}``: which full
                                                            blocks of these tokens
                                                            the engine finds cached
+                                                           (with h, a partially
+                                                           filled one as ``{"upto":
+                                                           p}``)
 ``{"op": "admit", "request": r, "tokens": [t, ...]}``      ``{"length": L, "reused":
                                                            [[id, ...] per group],
                                                            "tables": [[id or null,
@@ -35,11 +39,23 @@ add ``"outputs_match": false`` when it can tell that its served output differs f
 a computation from scratch. ``{"rejected": ...}`` means the pool cannot hold the
 request now; the engine must then be unchanged. ``finish`` frees the request's blocks.
 
+With a hash unit h, a hit is a multiple of A, which may end inside a block, and a
+prompt that ends inside a block leaves that block cached at its fine boundaries
+(its tokens up to the last multiple of h its keys reach; for Mamba, the state
+there). A block the hit ends inside may be reused in place or *copied* (the
+request writes the rest of it): then ``reused`` lists the cached block and the
+table holds the copy, the one block of a group that ``reused`` may list outside
+its table. A lookahead drafter's keys cover La tokens past a block's end too, so a
+block it finds must hold the request's next La tokens (docs/design.md §1.3).
+
     >>> program = Program.from_json({"groups": [{"kind": "full", "block_size": 2}],
     ...     "num_blocks": 4, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
     ...                              {"op": "finish", "request": 0}]})
     >>> program.ops[0], program.num_blocks, program.alignment
     (Admit(request=0, tokens=(1, 2, 3)), 4, 2)
+    >>> Program.from_json({"groups": [{"kind": "full", "block_size": 4}], "num_blocks": 4,
+    ...                    "hash_unit": 2}).config()
+    {'groups': [{'kind': <Kind.FULL: 'full'>, 'block_size': 4, 'eagle': False}], 'num_blocks': 4, 'alignment': 2, 'hash_unit': 2}
 """
 
 from __future__ import annotations
@@ -48,8 +64,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvhit.model.protocol import QueryError, decode_json, parse_group, parse_row
-from kvhit.model.spec import Group, Upto, default_alignment
+from kvhit.model.protocol import (
+    QueryError,
+    decode_json,
+    parse_alignment,
+    parse_group,
+    parse_hash_unit,
+    parse_row,
+)
+from kvhit.model.spec import Group, Upto
 from kvhit.targets.wire import BadReturn, shown
 
 PROGRAM_FORMAT = "kvhit-stateful/1"
@@ -89,14 +112,16 @@ class Program:
     num_blocks: int
     alignment: int
     ops: tuple[Op, ...] = ()
+    hash_unit: int | None = None
 
     def config(self) -> dict[str, Any]:
         """The ``create`` message without its ``op`` (what a factory receives)."""
-        return {
+        out = {
             "groups": [g.to_json() for g in self.groups],
             "num_blocks": self.num_blocks,
             "alignment": self.alignment,
         }
+        return out if self.hash_unit is None else {**out, "hash_unit": self.hash_unit}
 
     def to_json(self) -> dict[str, Any]:
         """The program as JSON (the replay file's ``program``)."""
@@ -113,17 +138,13 @@ class Program:
         num_blocks = obj.get("num_blocks")
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 2:
             raise QueryError("num_blocks", f"must be an integer of at least 2, got {num_blocks!r}")
-        alignment = obj.get("alignment", default_alignment(groups))
-        if not isinstance(alignment, int) or alignment < 1:
-            raise QueryError("alignment", f"must be a positive integer, got {alignment!r}")
-        if any(alignment % g.block_size for g in groups):
-            raise QueryError("alignment", f"{alignment} is not a multiple of every block size")
+        hash_unit = parse_hash_unit(obj, groups)
+        alignment = parse_alignment(obj, groups, hash_unit)
         ops = obj.get("ops", [])
         if not isinstance(ops, list):
             raise QueryError("ops", "must be a list of operations")
-        return Program(
-            groups, num_blocks, alignment, tuple(parse_op(o, i) for i, o in enumerate(ops))
-        )
+        parsed = tuple(parse_op(o, i) for i, o in enumerate(ops))
+        return Program(groups, num_blocks, alignment, parsed, hash_unit)
 
 
 def parse_op(obj: Any, index: int) -> Op:
@@ -149,19 +170,38 @@ def _is_token(value: Any) -> bool:
 @dataclass(frozen=True)
 class Admitted:
     """An engine's answer to ``admit``: the hit, the blocks it took from the cache,
-    and its block tables (None where the request holds no block)."""
+    its block tables (None where the request holds no block) and, per group, the copy
+    of the block the hit ends inside (its table index and the cached block copied;
+    None: no copy, and empty: none in any group)."""
 
     length: int
     reused: tuple[tuple[int, ...], ...]
     tables: tuple[tuple[int | None, ...], ...]
     outputs_match: bool | None = None
+    copied: tuple[tuple[int, int] | None, ...] = ()
+
+    def copy_of(self, group: int) -> tuple[int, int] | None:
+        """Group ``group``'s copy: (table index, cached block copied there), or None."""
+        return self.copied[group] if self.copied else None
+
+    def read_block(self, group: int, j: int) -> int | None:
+        """The physical block the hit reads at index j of group ``group``: the table's,
+        or the cached block copied there."""
+        copy = self.copy_of(group)
+        if copy is not None and copy[0] == j:
+            return copy[1]
+        table = self.tables[group]
+        return table[j] if j < len(table) else None
 
     def reused_indices(self) -> list[list[int]]:
-        """Per group, the block indices whose table entry was taken from the cache."""
-        return [
-            [j for j, block in enumerate(table) if block is not None and block in reused]
-            for table, reused in zip(self.tables, map(set, self.reused))
-        ]
+        """Per group, the block indices whose table entry was taken from the cache (a
+        copy's index included)."""
+        out = []
+        for i, (table, reused) in enumerate(zip(self.tables, map(set, self.reused))):
+            taken = {j for j, block in enumerate(table) if block is not None and block in reused}
+            copy = self.copy_of(i)
+            out.append(sorted(taken if copy is None else {*taken, copy[0]}))
+        return out
 
 
 def _id_list(value: Any, field: str, nullable: bool) -> tuple[Any, ...]:
@@ -175,9 +215,10 @@ def _id_list(value: Any, field: str, nullable: bool) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def decode_admitted(value: Any, num_groups: int) -> Admitted | None:
-    """An ``admit`` answer, or None for ``{"rejected": ...}``; :class:`BadReturn` if
-    it does not follow the protocol."""
+def decode_admitted(value: Any, groups: tuple[Group, ...]) -> Admitted | None:
+    """An ``admit`` answer of an engine of ``groups``, or None for ``{"rejected":
+    ...}``; :class:`BadReturn` if it does not follow the protocol."""
+    num_groups = len(groups)
     if isinstance(value, dict) and "rejected" in value:
         return None
     if not isinstance(value, dict) or not {"length", "reused", "tables"} <= set(value):
@@ -190,14 +231,29 @@ def decode_admitted(value: Any, num_groups: int) -> Admitted | None:
             raise BadReturn(f"{name} must hold one list per group ({num_groups})")
     reused = tuple(_id_list(r, f"reused[{i}]", False) for i, r in enumerate(reused))
     tables = tuple(_id_list(t, f"tables[{i}]", True) for i, t in enumerate(tables))
-    for i, (ids, table) in enumerate(zip(reused, tables)):
-        stray = set(ids) - set(table)
-        if stray:
-            raise BadReturn(f"group {i} reuses block {min(stray)}, which is not in its table")
-    outputs_match = value.get("outputs_match")
-    return Admitted(
-        length, reused, tables, outputs_match if isinstance(outputs_match, bool) else None
+    copied = tuple(
+        copy_in(i, g, ids, table, length)
+        for i, (g, ids, table) in enumerate(zip(groups, reused, tables))
     )
+    outputs_match = value.get("outputs_match")
+    shown_match = outputs_match if isinstance(outputs_match, bool) else None
+    return Admitted(length, reused, tables, shown_match, copied if any(copied) else ())
+
+
+def copy_in(
+    i: int, g: Group, reused: tuple[int, ...], table: tuple[int | None, ...], length: int
+) -> tuple[int, int] | None:
+    """Group i's copy: the one reused block outside its table, which must be the block
+    a hit of ``length`` ends inside, copied to a block of the table there; None when
+    every reused block is in the table. :class:`BadReturn` for any other stray."""
+    stray = sorted(set(reused) - set(table))
+    if not stray:
+        return None
+    index = length // g.block_size
+    inside = length % g.block_size and index < len(table) and table[index] is not None
+    if len(stray) > 1 or not inside:
+        raise BadReturn(f"group {i} reuses block {stray[0]}, which is not in its table")
+    return index, stray[0]
 
 
 def decode_snapshot(

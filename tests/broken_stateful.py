@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvhit.errors import Unsupported
 from kvhit.impl.coordinator import CacheHit, Request
 from kvhit.impl.stateful_target import StatefulImpl
 from kvhit.model.spec import reused_range
@@ -42,7 +43,10 @@ def window_drop_keeps_hash(config: dict[str, Any]) -> StatefulImpl:
 
 def first_full_truncated(config: dict[str, Any]) -> StatefulImpl:
     """Of several full-attention groups, only the first is truncated to the common
-    hit; the others keep every block of their own prefix hit."""
+    hit; the others keep every block of their own prefix hit. (Blocks only: with a
+    hash unit its own hit is in units, a bug of another class.)"""
+    if config.get("hash_unit"):
+        raise Unsupported("whole blocks only")
     engine = StatefulImpl(config)
     coord = engine.engine.coord
     lookup = coord.find_longest_cache_hit

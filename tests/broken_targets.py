@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from kvhit.errors import Unsupported
 from kvhit.model.algorithms import spiral_fixed_point
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, answer_at, longest_hit, valid, window_span
@@ -22,7 +23,10 @@ Rule = Callable[[Group, tuple[bool, ...], int, int], bool]
 
 
 def longest_under(q: Query, rule: Rule) -> int:
-    """The longest candidate at which ``rule`` holds for every group."""
+    """The longest candidate at which ``rule`` holds for every group (a rule reads
+    whole blocks: a query with a hash unit is refused)."""
+    if q.hash_unit is not None:
+        raise Unsupported("a rule over whole blocks: no hash unit")
     return next(
         L
         for L in q.candidates()

@@ -68,3 +68,28 @@ def test_verify_reproduces_the_seed_facts():
     assert examples_section(console, quick=True)
     text = console.export_text()
     assert text.count("holds") == len(SEED_FACTS)
+
+
+FINE = {
+    "groups": [
+        {"kind": "full", "block_size": 4},
+        {"kind": "mamba", "block_size": 4, "drafter": "lookahead", "lookahead": 3},
+    ],
+    "cached": [[True, {"upto": 6}], [True, {"upto": 6}]],
+    "max_length": 7,
+    "hash_unit": 2,
+}
+
+
+def test_check_draws_units_partial_blocks_and_lookahead_keys():
+    result = check("--explain", "6", "-", stdin=json.dumps(FINE))
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0] == "query: M=7 A=2 h=2"
+    assert lines[1].endswith("full b=4                @ @ | # .   own finder: 6")
+    assert lines[2].endswith("mamba b=4 lookahead=3   . @ | # .   own finder: 4")
+    assert "L* = 4" in lines[3]
+    assert lines[-1] == (
+        "group 1 (lookahead=3) has its key at L=6 cover the next 3 tokens, "
+        "past the request's 8 tokens"
+    )

@@ -47,7 +47,7 @@ def test_hypothesis_draws_exclusive_windows_and_shrinks_towards_inclusive() -> N
 
 def test_the_exhaustive_scopes_and_the_corpus_hold_exclusive_windows() -> None:
     assert sum(g.exclusive for g in exhaustive.gate_groups()) == 1
-    assert sum(scope.states for scope in exhaustive.gate_scopes()) == 7280
+    assert sum(scope.states for scope in exhaustive.gate_scopes()) == 13834
     exclusive = [g for g in corpus.boundary_groups() if g.exclusive]
     assert [(g.block_size, g.window) for g in exclusive] == [(1, 3), (2, 5)]
     solver = [q for q in corpus.solver_queries() if any(g.exclusive for g in q.groups)]

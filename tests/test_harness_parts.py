@@ -105,7 +105,7 @@ def test_shrink_keeps_the_class_and_gets_small() -> None:
     )
     small = shrink(big, unsafe_for_seed_min)
     assert unsafe_for_seed_min(small)
-    assert len(small.groups) == 2 and small.max_length <= 3
+    assert len(small.groups) == 2 and small.max_length <= 4 and small.hash_unit is None
     assert sum(map(len, small.cached)) < sum(map(len, big.cached))
 
 

@@ -50,7 +50,7 @@ def test_the_proofs_cover_every_finder() -> None:
 
 
 def test_a_generator_can_draw_every_kind() -> None:
-    assert {str(c) for c in Choice} == {str(k) for k in Kind} | {"eagle"}
+    assert {str(c) for c in Choice} == {str(k) for k in Kind} | {"eagle", "drafter", "hash_unit"}
     assert all(Choice[k.name] == k for k in Kind)
 
 

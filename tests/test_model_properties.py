@@ -14,7 +14,7 @@ from kvhit.model import (
     valid,
 )
 from kvhit.model.ops import PY
-from kvhit.model.spec import Query
+from kvhit.model.spec import Query, fine_query
 
 PROPERTY = settings(max_examples=400, deadline=None)
 
@@ -34,6 +34,7 @@ def test_min_of_groups_is_never_too_short(q: Query):
 @PROPERTY
 @given(queries())
 def test_each_finder_returns_the_largest_valid_length_up_to_m(q: Query):
+    q = fine_query(q)  # a finder reads bits: with a hash unit, one per unit
     for g, row in zip(q.groups, q.cached):
         for m in range(q.max_length + 1):
             hit = find(g, row, m, q.alignment, q.num_tokens)
@@ -44,6 +45,7 @@ def test_each_finder_returns_the_largest_valid_length_up_to_m(q: Query):
 @PROPERTY
 @given(queries(), st.randoms(use_true_random=False))
 def test_answer_is_independent_of_group_order(q: Query, rnd):
+    q = fine_query(q)
     order = list(range(len(q.groups)))
     rnd.shuffle(order)
     shuffled = Query(
@@ -59,6 +61,7 @@ def test_answer_is_independent_of_group_order(q: Query, rnd):
 @PROPERTY
 @given(queries())
 def test_every_needed_block_is_cached_at_the_answer(q: Query):
+    q = fine_query(q)
     best = longest_hit(q)
     for g, row, reused in zip(q.groups, q.cached, best.blocks):
         needed = needed_blocks(g, best.length)

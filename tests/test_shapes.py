@@ -19,10 +19,12 @@ def tree_holds(q: Query) -> bool:
     at most two windows (reaching back >= 1 token; a second one is the drafter's, on the
     same row) and one Mamba group (the state after the last full block cached); one
     block size, A = b; a full row that is a prefix; the other rows' bits within it;
-    no eagle."""
+    no drafter, no hash unit."""
     kinds = [g.kind for g in q.groups]
     b = q.groups[0].block_size
-    if kinds.count(Kind.FULL) != 1 or any(g.eagle for g in q.groups):
+    if q.hash_unit is not None or any(g.drafter for g in q.groups):
+        return False
+    if kinds.count(Kind.FULL) != 1:
         return False
     windows = {row for g, row in zip(q.groups, q.cached) if g.kind == Kind.SLIDING_WINDOW}
     if kinds.count(Kind.SLIDING_WINDOW) > 2 or kinds.count(Kind.MAMBA) > 1 or len(windows) > 1:
