@@ -46,8 +46,9 @@ How the configuration maps onto vLLM, as vLLM's scheduler builds its manager
   every group, so every group must carry it with one La;
 - partial hash hits are vLLM's default wherever it turns them on (a Mamba group in
   ``align`` mode with a block larger than the hash block, 0.26+: hits are then
-  multiples of the hash block); the program must then carry that hash unit as its
-  hash unit and alignment, else it is ``unsupported``;
+  multiples of the hash block, while the scheduler block size stays a multiple of
+  every block size); the program must then carry that hash unit as its hash unit
+  and alignment, else it is ``unsupported``;
 - vLLM refuses some configurations while building the manager: those are
   ``unsupported`` too.
 
@@ -66,7 +67,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import reduce
-from math import gcd
+from math import gcd, lcm
 from typing import Any
 
 from kvhit.engines.vllm.release import import_failure, refusal
@@ -133,8 +134,11 @@ class VllmManagerEngine:
         pool = KVCacheConfig(
             num_blocks=config["num_blocks"] + 1, kv_cache_tensors=[], kv_cache_groups=specs
         )
+        sizes = [g.block_size for g in self.groups]
+        # vLLM's scheduler block size is a multiple of every block size (its assert)
+        scheduler = alignment if all(alignment % b == 0 for b in sizes) else lcm(*sizes)
         options = {
-            "scheduler_block_size": alignment,
+            "scheduler_block_size": scheduler,
             "use_eagle": any(g.eagle for g in self.groups),
             "num_hash_lookahead_tokens": lookahead,
         }
@@ -149,16 +153,19 @@ class VllmManagerEngine:
         except (AssertionError, ValueError) as err:
             raise Unsupported(f"vLLM refuses this configuration: {err}") from err
         self.partial_hits = getattr(self.manager.coordinator, "enable_partial_hash_hits", False)
-        if self.partial_hits:
-            if self.hash_unit is None:
-                raise Unsupported(
-                    "vLLM lands hits inside a mamba block here (partial hash hits): "
-                    f"the program needs a hash unit ({self.hash_block_size})"
-                )
-            if alignment != self.hash_unit:
-                raise Unsupported(
-                    f"vLLM aligns partial hash hits to the hash unit {self.hash_unit}, not A={alignment}"
-                )
+        if self.partial_hits and self.hash_unit is None:
+            raise Unsupported(
+                "vLLM lands hits inside a mamba block here (partial hash hits): "
+                f"the program needs a hash unit ({self.hash_block_size})"
+            )
+        aligned = self.hash_block_size if self.partial_hits else scheduler
+        if aligned != alignment:
+            why = (
+                "the hash unit (partial hash hits)"
+                if self.partial_hits
+                else "a multiple of every block size"
+            )
+            raise Unsupported(f"vLLM aligns these hits to {aligned}, {why}, not A={alignment}")
         hasher_options = {"num_hash_lookahead_tokens": lookahead}
         self.hasher = get_request_block_hasher(
             self.hash_block_size, sha256, **accepted(get_request_block_hasher, hasher_options)
