@@ -20,7 +20,7 @@ step of its own (the previous prompts' prefills are done):
    and a ``Request`` of these tokens, with vLLM's own block hasher;
 2. ``get_computed_blocks``: the prefix hit (at most T - 1 tokens) and its blocks;
 3. ``allocate_slots(request, T - L, L, blocks)`` (with ``full_sequence_must_fit``
-   from 0.26), which also caches the request's full blocks; ``None`` means the pool
+   from 0.21), which also caches the request's full blocks; ``None`` means the pool
    cannot hold it (answered as ``rejected``);
 4. the block tables (``get_block_ids``) are reported as they stand for the prefill,
    then ``remove_skipped_blocks`` drops the blocks that left a window, as the next
