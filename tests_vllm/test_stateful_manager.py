@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from stateful_undocumented import manager_outside_divergences
 
+from kvhit.engines.vllm.target import RELEASE
+from kvhit.errors import UndrivableTarget
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
-from kvhit.targets.registry import Mode
+from kvhit.targets.registry import Mode, load
 from kvhit.targets.runner import CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import EngineHost, Program, load_program_file
@@ -45,6 +48,36 @@ def test_vllm_reuses_a_prefix_then_evicts_it_for_a_new_request() -> None:
     assert [s.outcome.length for s in steps[::2]] == [0, 4, 0, 0]
     # the third request took the cached blocks: the fourth finds nothing of its prefix
     assert steps[6].snapshot is not None and steps[6].snapshot.cached == ((False, False),)
+
+
+def test_vllm_runs_a_hybrid_program_on_the_release_installed() -> None:
+    """Full attention, a sliding window and Mamba (equal blocks, so no partial hits):
+    the second request extends the first and finds all of it (Mamba holds the state
+    at the first prompt's end), on whichever release runs this."""
+    groups = [
+        {"kind": "full", "block_size": 2},
+        {"kind": "sliding_window", "block_size": 2, "window": 3},
+        {"kind": "mamba", "block_size": 2},
+    ]
+    steps = run_program(
+        open_stateful("vllm"),
+        program(groups, 64, admit(0, *range(8)), finish(0), admit(1, *range(8), 9, 9)),
+    )
+    assert [str(s.outcome.cls) for s in steps] == ["ok"] * 3, RELEASE.name
+    assert steps[2].outcome.length == 8
+
+
+def test_a_missing_vllm_name_is_named_with_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM importable but without a name the adapter imports: the error says which
+    name and which release, not that vLLM is missing."""
+    from vllm.v1.core import kv_cache_utils
+
+    monkeypatch.delattr(kv_cache_utils, "get_request_block_hasher")
+    monkeypatch.delitem(sys.modules, "kvhit.engines.vllm.manager", raising=False)
+    with pytest.raises(UndrivableTarget) as err:
+        load("vllm", Mode.STATEFUL)
+    assert "get_request_block_hasher" in str(err.value) and RELEASE.name in str(err.value)
+    assert "not installed" not in str(err.value)
 
 
 def test_vllm_refuses_a_single_group_aligned_past_its_block() -> None:

@@ -7,32 +7,50 @@ on CPU through the calls vLLM's scheduler makes, so that allocation, caching,
 freeing, eviction and sliding-window drops are all vLLM's own
 (the stateful protocol: :mod:`kvhit.targets.stateful`).
 
-``admit(r, tokens)`` does what the scheduler does for a new prompt that fits:
+It runs, unchanged, on every vLLM release from 0.14.0 to 0.34.0: what differs in the
+manager's API is passed only where the installed release takes it
+(:mod:`kvhit.engines.vllm.compat`), and what a release cannot be asked is refused as
+``unsupported`` (:func:`kvhit.engines.vllm.release.refusal`, the stateless target's
+rules).
 
-1. a ``Request`` of these tokens, with vLLM's own block hasher;
+``admit(r, tokens)`` does what the scheduler does for a new prompt that fits, in a
+step of its own (the previous prompts' prefills are done):
+
+1. ``new_step_starts`` (0.17+; Mamba will not reuse a block cached in the same step)
+   and a ``Request`` of these tokens, with vLLM's own block hasher;
 2. ``get_computed_blocks``: the prefix hit (at most T - 1 tokens) and its blocks;
-3. ``allocate_slots(request, T - L, L, blocks, full_sequence_must_fit=True)``, which
-   also caches the request's full blocks; ``None`` means the pool cannot hold it
-   (answered as ``rejected``);
+3. ``allocate_slots(request, T - L, L, blocks)`` (with ``full_sequence_must_fit``
+   from 0.21), which also caches the request's full blocks; ``None`` means the pool
+   cannot hold it (answered as ``rejected``);
 4. the block tables (``get_block_ids``) are reported as they stand for the prefill,
    then ``remove_skipped_blocks`` drops the blocks that left a window, as the next
    step's allocation would.
 
-``finish`` is ``free``. ``snapshot`` looks each full block's hash up in vLLM's block
-pool (``get_cached_block``), group by group.
+``finish`` is ``free``. ``snapshot`` looks each block's hash up in vLLM's block pool
+(``get_cached_block``), group by group, and, when vLLM's lookup reads them (partial
+hash hits on), inside a block not cached whole the hashes of its fine boundaries
+(vLLM's partial entries, 0.26+).
 
-How the configuration maps onto vLLM (docs/design.md §1 against vLLM 0.34):
+How the configuration maps onto vLLM, as vLLM's scheduler builds its manager
+(``vllm/v1/core/sched/scheduler.py``, 0.34.0), on vLLM's defaults:
 
 - ``num_blocks`` N usable blocks: vLLM's pool gets N + 1, block 0 being its null block
   (reported as ``null`` in the tables);
-- the alignment A is vLLM's ``scheduler_block_size``, the hash block size the gcd of
-  the block sizes, as vLLM picks them (:mod:`kvhit.engines.vllm.target`);
-- vLLM refuses some configurations while building the manager or in its first
-  lookup; those are
-  ``unsupported``, and so are two that vLLM would serve outside the protocol: a single
-  group with A ≠ b (vLLM's unitary coordinator aligns to b), and a manager whose
-  coordinator turned on "partial hash hits" (hits inside a mamba block larger than
-  the hash block; the manager's constructor cannot turn them off).
+- the alignment A is vLLM's ``scheduler_block_size`` (0.23+; before, the lcm of the
+  block sizes, the only A asked); the hash block size is the program's hash unit, or
+  without one the gcd of the block sizes;
+- drafters: a ``drop`` group is an eagle group (``is_eagle_group``, 0.20+; the
+  manager is built with ``use_eagle``); a ``none`` drafter drops nothing, as vLLM's
+  DFlash and DSpark, so vLLM is configured as without one; ``lookahead`` La is
+  vLLM's lookahead block hashes (``num_hash_lookahead_tokens``, 0.33+), which key
+  every group, so every group must carry it with one La;
+- partial hash hits are vLLM's default wherever it turns them on (a Mamba group in
+  ``align`` mode with a block larger than the hash block, 0.26+: hits are then
+  multiples of the hash block, while the scheduler block size stays a multiple of
+  every block size); the program must then carry that hash unit as its hash unit
+  and alignment, else it is ``unsupported``;
+- vLLM refuses some configurations while building the manager: those are
+  ``unsupported`` too.
 
     >>> engine = VllmManagerEngine({"groups": [{"kind": "full", "block_size": 2}],
     ...                             "num_blocks": 6, "alignment": 2})
@@ -49,22 +67,51 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import reduce
-from math import gcd
+from math import gcd, lcm
 from typing import Any
 
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import sha256
-from vllm.v1.core.kv_cache_manager import KVCacheManager
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, resolve_block_hashes
-from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.request import Request
-
-from kvhit.engines.vllm.target import group_spec  # also sets vLLM's hash seed
+from kvhit.engines.vllm.release import import_failure, refusal
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
-from kvhit.model.spec import default_alignment
+from kvhit.model.spec import Drafter, Group, Query, Upto, default_alignment
+
+try:
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.kv_cache_utils import (
+        BlockHash,
+        BlockHashListWithBlockSize,
+        get_request_block_hasher,
+    )
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.request import Request
+
+    # also sets vLLM's hash seed; RELEASE: what the installed release accepts
+    from kvhit.engines.vllm.target import RELEASE, eagle_flag, group_spec
+except ImportError as err:
+    raise import_failure(err) from None
+
+from kvhit.engines.vllm.compat import accepted, takes
 
 MAX_MODEL_LEN = 4096  # longer prompts are rejected
+
+
+def lookahead_tokens(groups: Sequence[Group]) -> int:
+    """vLLM's ``num_hash_lookahead_tokens`` for these groups: La when every group has
+    a lookahead drafter of La tokens (vLLM's lookahead hashes are the request's, so
+    they key every group), 0 when none has; :class:`Unsupported` otherwise."""
+    spans = {g.lookahead if g.drafter == Drafter.LOOKAHEAD else 0 for g in groups}
+    if spans == {0}:
+        return 0
+    if len(spans) > 1:
+        raise Unsupported(
+            "vLLM's lookahead block hashes cover every group with one La: "
+            "all groups need one lookahead drafter"
+        )
+    if not takes(KVCacheManager, "num_hash_lookahead_tokens"):
+        raise Unsupported(f"vLLM {RELEASE.name} has no lookahead block hashes (0.33.0+)")
+    return spans.pop()
 
 
 class VllmManagerEngine:
@@ -73,72 +120,109 @@ class VllmManagerEngine:
     def __init__(self, config: dict[str, Any]):
         self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
         alignment = config.get("alignment") or default_alignment(self.groups)
-        self.hash_block_size = reduce(gcd, (g.block_size for g in self.groups))
-        if len(self.groups) == 1 and alignment != self.groups[0].block_size:
-            raise Unsupported(
-                "vLLM aligns a single group's hits to its block size (scheduler block size = b)"
-            )
+        self.hash_unit: int | None = config.get("hash_unit")
+        self.hash_block_size = self.hash_unit or reduce(gcd, (g.block_size for g in self.groups))
+        shape = Query(self.groups, tuple(() for _ in self.groups), 0, 1, alignment, self.hash_unit)
+        reason = refusal(shape, RELEASE)
+        if reason is not None:
+            raise Unsupported(reason)
+        lookahead = lookahead_tokens(self.groups)
         specs = [
-            KVCacheGroupSpec([f"layer.{i}"], group_spec(g), is_eagle_group=g.eagle)
+            KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g))
             for i, g in enumerate(self.groups)
         ]
         pool = KVCacheConfig(
             num_blocks=config["num_blocks"] + 1, kv_cache_tensors=[], kv_cache_groups=specs
         )
+        sizes = [g.block_size for g in self.groups]
+        # vLLM's scheduler block size is a multiple of every block size (its assert)
+        scheduler = alignment if all(alignment % b == 0 for b in sizes) else lcm(*sizes)
+        options = {
+            "scheduler_block_size": scheduler,
+            "use_eagle": any(g.eagle for g in self.groups),
+            "num_hash_lookahead_tokens": lookahead,
+        }
         try:
             self.manager = KVCacheManager(
                 pool,
                 max_model_len=MAX_MODEL_LEN,
-                scheduler_block_size=alignment,
                 hash_block_size=self.hash_block_size,
                 enable_caching=True,
-                use_eagle=any(g.eagle for g in self.groups),
+                **accepted(KVCacheManager, options),
             )
         except (AssertionError, ValueError) as err:
             raise Unsupported(f"vLLM refuses this configuration: {err}") from err
-        if self.manager.coordinator.enable_partial_hash_hits:
+        self.partial_hits = getattr(self.manager.coordinator, "enable_partial_hash_hits", False)
+        if self.partial_hits and self.hash_unit is None:
             raise Unsupported(
-                "vLLM lands hits inside a mamba block here (partial hash hits), "
-                "which the protocol does not model"
+                "vLLM lands hits inside a mamba block here (partial hash hits): "
+                f"the program needs a hash unit ({self.hash_block_size})"
             )
-        self.hasher = get_request_block_hasher(self.hash_block_size, sha256)
+        aligned = self.hash_block_size if self.partial_hits else scheduler
+        if aligned != alignment:
+            why = (
+                "the hash unit (partial hash hits)"
+                if self.partial_hits
+                else "a multiple of every block size"
+            )
+            raise Unsupported(f"vLLM aligns these hits to {aligned}, {why}, not A={alignment}")
+        hasher_options = {"num_hash_lookahead_tokens": lookahead}
+        self.hasher = get_request_block_hasher(
+            self.hash_block_size, sha256, **accepted(get_request_block_hasher, hasher_options)
+        )
         self.requests: dict[int, Request] = {}
-        self.probe(alignment)
-
-    def probe(self, alignment: int) -> None:
-        """Some refusals are asserts in vLLM's lookup itself (chunked local attention
-        with mixed block sizes): one lookup that changes nothing, ``Unsupported`` if
-        vLLM refuses it."""
-        try:
-            self.manager.get_num_cached_tokens(self.request("probe", [0] * (2 * alignment + 1)))
-        except AssertionError as err:
-            raise Unsupported(f"vLLM refuses this configuration: {err}") from err
 
     def request(self, request_id: str, tokens: Sequence[int]) -> Request:
         """A vLLM request of these tokens, its block hashes computed by vLLM."""
+        options = {"pooling_params": None, "eos_token_id": None, "block_hasher": self.hasher}
         params = SamplingParams(max_tokens=1)
-        return Request(request_id, list(tokens), params, None, block_hasher=self.hasher)
+        return Request(request_id, list(tokens), params, **accepted(Request, options))
 
     def snapshot(self, tokens: Sequence[int]) -> dict[str, Any]:
-        """Which full blocks of ``tokens`` vLLM's block pool finds cached, per group."""
+        """What vLLM's block pool finds cached for ``tokens``, per group: each full
+        block, or with a hash unit a partial entry ``{"upto": p}`` at the longest fine
+        boundary p inside the block that is cached."""
         hashes = self.request("snapshot", tokens).block_hashes
+        return {"cached": [self.cached_row(hashes, i) for i in range(len(self.groups))]}
+
+    def cached_row(self, hashes: list[BlockHash], group_id: int) -> list[Any]:
+        """Group ``group_id``'s snapshot row (see :meth:`snapshot`)."""
         pool = self.manager.block_pool
-        cached = []
-        for group_id, g in enumerate(self.groups):
-            view = resolve_block_hashes(hashes, self.hash_block_size, g.block_size)
-            row = [pool.get_cached_block(view[j], [group_id]) is not None for j in range(len(view))]
-            cached.append(row)
-        return {"cached": cached}
+        h, b = self.hash_block_size, self.groups[group_id].block_size
+        view = hashes if b == h else BlockHashListWithBlockSize(hashes, h, b)
+
+        def cached(key: BlockHash) -> bool:
+            return pool.get_cached_block(key, [group_id]) is not None
+
+        per = b // h
+        row: list[Any] = []
+        for j in range(len(view)):
+            if cached(view[j]):
+                row.append(True)
+                continue
+            # a partial entry is keyed by the hash of the units before its boundary; vLLM
+            # may register some without partial hits, but its lookup then never reads them
+            fine = [
+                k for k in range(1, per) if self.partial_hits and cached(hashes[j * per + k - 1])
+            ]
+            row.append(Upto(j * b + fine[-1] * h).to_json() if fine else False)
+        return row
 
     def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
         """Look up, allocate and cache as vLLM's scheduler does; then drop the blocks
         that left a window. ``rejected`` when the pool cannot hold the request."""
         if len(tokens) > MAX_MODEL_LEN:
             return {"rejected": f"longer than max_model_len ({MAX_MODEL_LEN})"}
+        if hasattr(self.manager, "new_step_starts"):  # 0.17+: each admit is a step
+            self.manager.new_step_starts()
         req = self.request(str(request), tokens)
-        hit, length, _ = self.manager.get_computed_blocks(req)
+        hit, length = self.manager.get_computed_blocks(req)[:2]
         allocated = self.manager.allocate_slots(
-            req, len(tokens) - length, length, hit, full_sequence_must_fit=True
+            req,
+            len(tokens) - length,
+            length,
+            hit,
+            **accepted(self.manager.allocate_slots, {"full_sequence_must_fit": True}),
         )
         if allocated is None:
             return {"rejected": "vLLM's allocate_slots found too few free blocks"}
