@@ -50,7 +50,7 @@ from hypothesis.stateful import (
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, sglang_partners
 from kvhit.harness.report import save
 from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step, disagreement_of
-from kvhit.harness.strategies import COIN, UNITS, group_configs
+from kvhit.harness.strategies import COIN, HASH_UNITS, group_configs
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import Runner
@@ -70,7 +70,7 @@ def engines(
     alignment; when ``kinds`` allows (``hash_unit``), 30% of the time a hash unit h,
     the groups' block sizes then those of ``block_sizes`` that are multiples of h
     larger than it, and A = h or 2h."""
-    unit = draw(st.sampled_from(UNITS)) if Choice.HASH_UNIT in kinds and draw(COIN) else None
+    unit = draw(st.sampled_from(HASH_UNITS)) if Choice.HASH_UNIT in kinds and draw(COIN) else None
     sizes = block_sizes if unit is None else [b for b in block_sizes if b % unit == 0 and b > unit]
     if not sizes:
         unit, sizes = None, block_sizes

@@ -31,7 +31,7 @@ from kvhit.model.spec import Group, Query, default_alignment
 COIN = st.sampled_from((False,) * 7 + (True,) * 3)
 """True 30% of the time; shrinks towards False."""
 
-UNITS = (1, 2)
+HASH_UNITS = (1, 2)
 """The hash units drawn."""
 
 
@@ -89,7 +89,7 @@ def queries(
     blocks in reach of M; when ``kinds`` allows (``hash_unit``), 30% of them have a
     hash unit h of 1 or 2 tokens, blocks of 2h or 4h and partially filled blocks.
     Shrinks towards no hash unit, fewer groups, a smaller M and fewer blocks."""
-    unit = draw(st.sampled_from(UNITS)) if Choice.HASH_UNIT in kinds and draw(COIN) else None
+    unit = draw(st.sampled_from(HASH_UNITS)) if Choice.HASH_UNIT in kinds and draw(COIN) else None
     sizes = (1, 2, 4) if unit is None else (2 * unit, 4 * unit)
     groups = draw(st.lists(group_configs(kinds, sizes), min_size=1, max_size=max_groups))
     step = default_alignment(tuple(groups)) if unit is None else unit

@@ -23,7 +23,7 @@ picks one, :func:`kvhit.proofs.common.fine_bits`), and ``valid`` runs on z3 term
 The right side is written here from the design's table. Every row of up to N
 blocks, every choice of entries, every L, window (both conventions), chunk, T and
 La, for each finder of :data:`~kvhit.proofs.common.DISTINCT_FINDERS` (``none`` is
-no drafter: ``drafter_none_same``) and each (h, k) of :data:`UNITS`, b = k·h.
+no drafter: ``drafter_none_same``) and each (h, k) of :data:`UNIT_SHAPES`, b = k·h.
 
     >>> [goal.name for goal in build(2)][:2]
     ['full h=1 b=1', 'full h=1 b=2']
@@ -59,7 +59,7 @@ from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem
 from kvhit.proofs.symbolic import Z3Ops
 from kvhit.proofs.theorems.contracts import ContractFinder, conventions
 
-UNITS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (3, 2))
+UNIT_SHAPES: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (3, 2))
 """(h, k) pairs, b = k·h: one unit per block, and two or three units of 1, 2 or 3
 tokens (partial blocks at every fine boundary)."""
 
@@ -176,7 +176,7 @@ window once, without a drafter (the window convention only moves t)."""
 def build(bound: int | None) -> list[Goal]:
     """One goal per finder and (h, k), rows of ``bound`` blocks."""
     blocks = bound or 3
-    return [goal_for(f, h, k, blocks) for f in FAITHFUL_FINDERS for h, k in UNITS]
+    return [goal_for(f, h, k, blocks) for f in FAITHFUL_FINDERS for h, k in UNIT_SHAPES]
 
 
 THEOREMS = [
@@ -197,7 +197,7 @@ THEOREMS = [
         build=build,
         rests_on="model code: fine_query, fine_row (every entry), valid at block size h",
         scope="rows of N blocks, every L, window, chunk, T, La; (h, k) "
-        + " ".join(f"{h},{k}" for h, k in UNITS)
+        + " ".join(f"{h},{k}" for h, k in UNIT_SHAPES)
         + ", b = k*h",
     ),
 ]
