@@ -39,6 +39,9 @@ from typing import Any
 from kvhit.errors import UndrivableTarget
 from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, inclusive_window
 
+VLLM_TARGETS = ("vllm", "vllm-undocumented")
+"""The built-in targets that drive vLLM's lookup."""
+
 EAGLE_ENV = "KVHIT_VLLM_EAGLE"
 """The environment variable that carries ``--vllm-eagle`` to the target (and so to every
 worker process a run starts)."""
@@ -63,9 +66,7 @@ def eagle_path() -> EaglePath:
     names none."""
     named = os.environ.get(EAGLE_ENV, EaglePath.DEFAULT)
     if named not in tuple(EaglePath):
-        raise UndrivableTarget(
-            f"{EAGLE_ENV}={named!r}: expected one of {', '.join(EaglePath)}"
-        )
+        raise UndrivableTarget(f"{EAGLE_ENV}={named!r}: expected one of {', '.join(EaglePath)}")
     return EaglePath(named)
 
 
