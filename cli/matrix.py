@@ -248,8 +248,8 @@ def matrix(
         rows_json = [r.to_json() for r in rows]
         click.echo(json.dumps({"target": settings.label, "rows": rows_json, "spans": spans(rows)}))
     else:
-        click.echo(f"target: {settings.label}")
         click.echo(table(rows))
+        click.echo(f"target: {settings.label}")
         click.echo(spans_text(rows))
         saved = [r for r in rows if r.files]
         if saved:

@@ -217,12 +217,18 @@ def coordinator_options(q: Query, path: EaglePath) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k in RELEASE.coordinator_params}
 
 
-def hit_alignment(coordinator: KVCacheCoordinator) -> int:
-    """What vLLM aligns this coordinator's hits to: the hash block size with partial
-    hash hits on, else the scheduler block size."""
-    if getattr(coordinator, "enable_partial_hash_hits", False):
-        return int(coordinator.block_pool.hash_block_size)
-    return int(coordinator.scheduler_block_size)
+def partial_hits_on(coordinator: KVCacheCoordinator) -> bool:
+    """Whether vLLM turned partial hash hits on for this coordinator (0.26+)."""
+    return bool(getattr(coordinator, "enable_partial_hash_hits", False))
+
+
+def hit_alignment(coordinator: KVCacheCoordinator, q: Query) -> int:
+    """What vLLM aligns the coordinator's hits to: the hash block size with partial
+    hash hits on, else the scheduler block size it was given (before 0.23, the lcm of
+    the block sizes, which :func:`refusal` has checked is A)."""
+    if partial_hits_on(coordinator):
+        return hash_block_size(q)
+    return scheduler_block_size(q)
 
 
 def build_coordinator(q: Query, path: EaglePath | None = None) -> KVCacheCoordinator:
@@ -237,9 +243,9 @@ def build_coordinator(q: Query, path: EaglePath | None = None) -> KVCacheCoordin
         coordinator = get_kv_cache_coordinator(kv_cache_config(q), **coordinator_options(q, path))
     except ValueError as err:
         raise Unsupported(f"vLLM {RELEASE.name} refuses the configuration: {err}") from None
-    aligned = hit_alignment(coordinator)
+    aligned = hit_alignment(coordinator, q)
     if aligned != q.alignment:
-        partial = "on" if getattr(coordinator, "enable_partial_hash_hits", False) else "off"
+        partial = "on" if partial_hits_on(coordinator) else "off"
         raise Unsupported(
             f"vLLM {RELEASE.name} aligns these groups' hits to {aligned}, not A={q.alignment} "
             f"(partial hash hits {partial}: partial_hash_hits_enabled)"
