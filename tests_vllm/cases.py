@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
-from kvhit.engines.vllm.release import refusal
-from kvhit.engines.vllm.target import RELEASE, Lookup, lookup
+from kvhit.engines.vllm.target import Lookup, build_coordinator, lookup
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.protocol import parse_query
@@ -73,9 +72,14 @@ def disagreement(q: Query, found: Lookup) -> str | None:
 
 
 def refused(q: Query) -> bool:
-    """Whether the installed release refuses the configuration (the adapter's own list:
-    vLLM's asserts, and coordinators vLLM never builds)."""
-    return refusal(q, RELEASE) is not None
+    """Whether the installed release refuses the configuration: the adapter's own list
+    (vLLM's asserts, coordinators vLLM never builds), vLLM's own checks while building
+    the coordinator, and hits vLLM would align elsewhere."""
+    try:
+        build_coordinator(q)
+    except Unsupported:
+        return True
+    return False
 
 
 def try_lookup(q: Query) -> Lookup | None:
@@ -129,7 +133,9 @@ def fine_queries(seed: int) -> Iterator[Query]:
             {"kind": "full", "block_size": unit * rng.choice((1, 2, 4))},
         ]
         if rng.random() < 0.3:
-            groups.append({"kind": "sliding_window", "block_size": unit, "window": rng.randint(1, 6)})
+            groups.append(
+                {"kind": "sliding_window", "block_size": unit, "window": rng.randint(1, 6)}
+            )
         rng.shuffle(groups)
         lookahead = rng.random() < 0.5
         for g in groups:
@@ -139,7 +145,10 @@ def fine_queries(seed: int) -> Iterator[Query]:
                 del g["lookahead"]
         max_length = rng.randint(0, 16)
         rows = [
-            [fine_entry(rng, j, g["block_size"], unit) for j in range(max_length // g["block_size"] + 2)]
+            [
+                fine_entry(rng, j, g["block_size"], unit)
+                for j in range(max_length // g["block_size"] + 2)
+            ]
             for g in groups
         ]
         yield parse_query(

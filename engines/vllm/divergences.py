@@ -171,6 +171,15 @@ def sw(window: int, block_size: int = 1, eagle: bool = False) -> dict[str, Any]:
     return {"kind": "sliding_window", "block_size": block_size, "window": window, "eagle": eagle}
 
 
+EAGLE_WITH_MAMBA = {
+    "groups": [sw(4, eagle=True), {"kind": "mamba", "block_size": 1}],
+    "cached": ["11111", "11101"],
+    "max_length": 3,
+    "num_tokens": 5,
+}
+"""An eagle window and a Mamba group: L* = 3, which needs block 3 of the window
+matched and dropped; the releases before 0.32 answer it short, each its own way."""
+
 DIVERGENCES = (
     Divergence(
         "only the prompt's last hash boundary is registered: a whole block's inner "
@@ -232,15 +241,20 @@ DIVERGENCES = (
         "eagle lookup not widened by the margin, and the drop repeated on every pass",
         "lost reuse",
         eagle_in_hybrid,
-        {
-            "groups": [sw(5, 2, eagle=True), {"kind": "full", "block_size": 1, "eagle": True}],
-            "cached": ["11", "111"],
-            "max_length": 3,
-            "alignment": 2,
-        },
+        EAGLE_WITH_MAMBA,
         vllm_length=0,
         vllm_blocks=[[], []],
         last="0.19.0",
+    ),
+    Divergence(
+        "hybrid eagle lookup widened by the margin only up to max_length",
+        "lost reuse",
+        eagle_in_hybrid,
+        EAGLE_WITH_MAMBA,
+        vllm_length=2,
+        vllm_blocks=[[0, 1], [1]],
+        first="0.20.0",
+        last="0.31.0",
     ),
     Divergence(
         "chunk start taken from the lookup bound, rounded down to a block",
