@@ -166,6 +166,17 @@ def below_partial_boundary(q: Query) -> bool:
     return False
 
 
+def margin_past_max_length(q: Query) -> bool:
+    """An eagle group among several whose drop margin (a block, or a hash unit) from the
+    longest candidate reaches past M, outside the other eagle classes."""
+    unit = q.hash_unit
+    capped = any(
+        g.eagle and q.top + min(g.block_size, unit or g.block_size) > q.max_length for g in q.groups
+    )
+    others = eagle_window_off_alignment(q) or eagle_windows(q) or eagle_shares_spec(q)
+    return eagle_in_hybrid(q) and capped and not others
+
+
 def sw(window: int, block_size: int = 1, eagle: bool = False) -> dict[str, Any]:
     """A sliding window group object."""
     return {"kind": "sliding_window", "block_size": block_size, "window": window, "eagle": eagle}
@@ -249,7 +260,7 @@ DIVERGENCES = (
     Divergence(
         "hybrid eagle lookup widened by the margin only up to max_length",
         "lost reuse",
-        eagle_in_hybrid,
+        margin_past_max_length,
         EAGLE_WITH_MAMBA,
         vllm_length=2,
         vllm_blocks=[[0, 1], [1]],
