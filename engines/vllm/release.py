@@ -266,7 +266,7 @@ def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> 
             f"vLLM {release.name} has no scheduler_block_size: hits are aligned to the lcm "
             f"of the block sizes ({lcm(*sizes)}), not A={q.alignment}"
         )
-    if hash_lookahead(q, path):
+    if path == EaglePath.DEFAULT and any(g.drafter == Drafter.LOOKAHEAD for g in q.groups):
         if not release.lookahead_hashes:
             return (
                 f"vLLM {release.name} has no lookahead block hashes "
