@@ -21,14 +21,14 @@ from typing import Any
 
 import click
 
-from kvhit.cli.options import timeout_option
+from kvhit.cli.options import timeout_option, vllm_eagle_option
+from kvhit.engines.vllm.release import VLLM_TARGETS, EaglePath, target_label
 from kvhit.errors import BadInput
 from kvhit.harness.compare import CLASSES
 
 COLUMNS = ("ok", *CLASSES, "unsupported")
 DEFAULT_CASES = 20_000
 MATRIX_OUT = "kvhit-matrix"
-TARGETS = ("vllm", "vllm-undocumented")
 NO_TIME_BOUND = 86_400  # the random phase ends at --cases, not on a clock
 
 
@@ -41,6 +41,12 @@ class Settings:
     timeout: float = 10.0
     jobs: int = 1
     target: str = "vllm"
+    eagle: EaglePath = EaglePath.DEFAULT
+
+    @property
+    def label(self) -> str:
+        """The target as reports name it (``vllm[eagle=drop]`` on the drop path)."""
+        return target_label(self.target, self.eagle)
 
 
 @dataclass
@@ -111,6 +117,7 @@ def gate_command(release: str, out: Path, settings: Settings) -> list[str]:
         "--timeout": str(settings.timeout),
         "--jobs": str(settings.jobs),
         "--out": str(out),
+        "--vllm-eagle": str(settings.eagle),
     }
     flat = [word for pair in options.items() for word in pair]
     return [sys.executable, "-c", CHILD, release, "gate", "--keep-going", "--json", *flat]
@@ -203,12 +210,13 @@ def spans_text(rows: list[Row]) -> str:
 )
 @click.option(
     "--target",
-    type=click.Choice(TARGETS),
+    type=click.Choice(VLLM_TARGETS),
     default="vllm",
     show_default=True,
     help="vllm-undocumented answers the states of the documented divergences of each "
     "release as unsupported, so what is left is new.",
 )
+@vllm_eagle_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
 def matrix(
     releases: str,
@@ -219,6 +227,7 @@ def matrix(
     jobs: int,
     out: str,
     target: str,
+    vllm_eagle: str,
     as_json: bool,
 ) -> None:
     """Gate each vLLM release in --vllm in its own process, on the same cases, and print
@@ -226,23 +235,28 @@ def matrix(
     under --out/RELEASE, replayable under that release."""
     root = Path(releases_dir) if releases_dir else Path(sys.prefix) / "vllm"
     folders = [(r, release_folder(root, r)) for r in parse_releases(releases)]
-    settings = Settings(cases, seed, timeout, jobs, target)
+    settings = Settings(cases, seed, timeout, jobs, target, EaglePath(vllm_eagle))
     rows = []
     for number, (release, folder) in enumerate(folders, 1):
-        click.echo(f"[{number}/{len(folders)}] vLLM {release} ...", err=True, nl=False)
+        click.echo(
+            f"[{number}/{len(folders)}] {settings.label} on vLLM {release} ...", err=True, nl=False
+        )
         row = run_release(folder, release, Path(out), settings)
         click.echo(f" {row.error or f'{sum(row.counts.values())} cases'}", err=True)
         rows.append(row)
     if as_json:
-        click.echo(json.dumps({"rows": [r.to_json() for r in rows], "spans": spans(rows)}))
+        rows_json = [r.to_json() for r in rows]
+        click.echo(json.dumps({"target": settings.label, "rows": rows_json, "spans": spans(rows)}))
     else:
         click.echo(table(rows))
+        click.echo(f"target: {settings.label}")
         click.echo(spans_text(rows))
         saved = [r for r in rows if r.files]
         if saved:
             click.echo(
                 f"counterexamples in {out}/RELEASE; replay one with: "
-                f"PYTHONPATH={root}/RELEASE kvhit replay FILE --target {target}"
+                f"PYTHONPATH={root}/RELEASE kvhit replay FILE --target {target} "
+                f"--vllm-eagle {settings.eagle}"
             )
     if any(r.error for r in rows):
         sys.exit(2)

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from kvhit.engines.vllm.release import EaglePath
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
@@ -39,16 +40,35 @@ def timeout_option(default: float = CALL_TIMEOUT) -> Decorator:
     )
 
 
+def vllm_eagle_option() -> Decorator:
+    """``--vllm-eagle``: the drafters' path for a vllm target (named in every report)."""
+    return click.option(
+        "--vllm-eagle",
+        type=click.Choice([str(p) for p in EaglePath]),
+        default=str(EaglePath.DEFAULT),
+        show_default=True,
+        help="vllm targets: run drafters as vLLM does on the release's defaults, or give "
+        "lookahead drafters the eagle drop (vLLM's disable_lookahead_block_hashes); the "
+        "target is then named vllm[eagle=drop].",
+    )
+
+
 def target_options(func: Command) -> Command:
-    """``--target``, ``--target-cmd``, ``--timeout`` and ``--isolate``, given to ``func``
-    as one ``spec`` (:class:`TargetSpec`); BadInput if they do not name one target."""
+    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate`` and ``--vllm-eagle``,
+    given to ``func`` as one ``spec`` (:class:`TargetSpec`); BadInput if they do not name
+    one target."""
 
     @functools.wraps(func)
     def wrapper(
-        target: str | None, target_cmd: str | None, timeout: float, isolate: bool, **kwargs: Any
+        target: str | None,
+        target_cmd: str | None,
+        timeout: float,
+        isolate: bool,
+        vllm_eagle: str,
+        **kwargs: Any,
     ) -> Any:
         try:
-            spec = TargetSpec(target, target_cmd, timeout, isolate)
+            spec = TargetSpec(target, target_cmd, timeout, isolate, EaglePath(vllm_eagle))
         except TargetError as err:
             raise BadInput(str(err)) from None
         return func(spec=spec, **kwargs)
@@ -63,6 +83,7 @@ def target_options(func: Command) -> Command:
             help="Run a --target in a worker process, so a target that crashes the "
             "interpreter (native code, os._exit) is a crash, not the end of the run.",
         ),
+        vllm_eagle_option(),
     ]
     return decorated(wrapper, options)
 

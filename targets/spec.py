@@ -1,5 +1,6 @@
 """Which target to check and how to call it: one value for ``--target`` or
-``--target-cmd``, ``--timeout`` and ``--isolate``, and the one place that opens it.
+``--target-cmd``, ``--timeout``, ``--isolate`` and ``--vllm-eagle``, and the one place
+that opens it.
 
     >>> spec = TargetSpec(command="./my engine --fast")
     >>> spec.label, spec.replay_flag
@@ -15,9 +16,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 
+from kvhit.engines.vllm.release import EAGLE_ENV, VLLM_TARGETS, EaglePath, target_label
 from kvhit.errors import TargetError
 from kvhit.targets import registry
 from kvhit.targets.registry import Mode
@@ -35,7 +38,8 @@ from kvhit.targets.stateful import EngineHost
 class TargetSpec:
     """A target: ``name`` (a built-in, or ``module:function`` / ``module:factory``) or
     ``command`` (a program speaking JSON lines), exactly one of them; the per-call
-    ``timeout``; with ``isolate``, a named target runs in a worker process.
+    ``timeout``; with ``isolate``, a named target runs in a worker process; a vllm
+    target runs its drafters on ``vllm_eagle`` (:class:`EaglePath`).
 
     Raises :class:`~kvhit.errors.TargetError` when the combination is not allowed.
     """
@@ -44,6 +48,7 @@ class TargetSpec:
     command: str | None = None
     timeout: float = CALL_TIMEOUT
     isolate: bool = False
+    vllm_eagle: EaglePath = EaglePath.DEFAULT
 
     def __post_init__(self) -> None:
         if (self.name is None) == (self.command is None):
@@ -52,17 +57,24 @@ class TargetSpec:
             raise TargetError(
                 "--isolate is for --target; a --target-cmd program has its own process"
             )
+        if self.vllm_eagle != EaglePath.DEFAULT and self.name not in VLLM_TARGETS:
+            raise TargetError(f"--vllm-eagle is for --target {' or '.join(VLLM_TARGETS)}")
 
     @property
     def label(self) -> str:
         """How reports name the target."""
-        return self.name if self.name is not None else f"cmd:{self.command}"
+        if self.name is None:
+            return f"cmd:{self.command}"
+        return target_label(self.name, self.vllm_eagle)
 
     @property
     def replay_flag(self) -> str:
         """The option that names the same target again, for a replay hint."""
         if self.name is not None:
-            return f"--target {shlex.quote(self.name)}"
+            eagle = (
+                f" --vllm-eagle {self.vllm_eagle}" if self.vllm_eagle != EaglePath.DEFAULT else ""
+            )
+            return f"--target {shlex.quote(self.name)}{eagle}"
         return f"--target-cmd {shlex.quote(self.command or '')}"
 
     def open(self, mode: Mode = Mode.LOOKUP) -> Runner:
@@ -70,8 +82,14 @@ class TargetSpec:
         the stateful protocol's messages (an engine made by a factory, or a program
         reading one message per line and answering one line).
 
-        Raises :class:`~kvhit.errors.TargetError` when the target cannot be loaded.
+        A vllm target's eagle path goes to it (and to its workers) through the
+        environment (:data:`EAGLE_ENV`). Raises :class:`~kvhit.errors.TargetError` when
+        the target cannot be loaded.
         """
+        if self.name in VLLM_TARGETS:
+            if mode == Mode.STATEFUL and self.vllm_eagle != EaglePath.DEFAULT:
+                raise TargetError("--vllm-eagle drop is for lookups, not for stateful engines")
+            os.environ[EAGLE_ENV] = self.vllm_eagle
         if self.command is not None:
             return CommandRunner(self.command, self.timeout)
         assert self.name is not None

@@ -10,13 +10,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from itertools import islice
+from typing import Any
 
-from kvhit.engines.vllm.release import refusal
-from kvhit.engines.vllm.target import RELEASE, Lookup, lookup
+from kvhit.engines.vllm.target import Lookup, build_coordinator, lookup
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import random_queries
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.spec import DRAFTERS, Drafter, Kind, Query, longest_hit
 
 
 def eagle_group(rng: random.Random, block_size: int) -> dict:
@@ -72,9 +72,14 @@ def disagreement(q: Query, found: Lookup) -> str | None:
 
 
 def refused(q: Query) -> bool:
-    """Whether the installed release refuses the configuration (the adapter's own list:
-    vLLM's asserts, and coordinators vLLM never builds)."""
-    return refusal(q, RELEASE) is not None
+    """Whether the installed release refuses the configuration: the adapter's own list
+    (vLLM's asserts, coordinators vLLM never builds), vLLM's own checks while building
+    the coordinator, and hits vLLM would align elsewhere."""
+    try:
+        build_coordinator(q)
+    except Unsupported:
+        return True
+    return False
 
 
 def try_lookup(q: Query) -> Lookup | None:
@@ -94,3 +99,64 @@ def reordered(q: Query, order: list[int]) -> Query:
         q.num_tokens,
         q.alignment,
     )
+
+
+def fine_entry(rng: random.Random, j: int, block_size: int, unit: int) -> Any:
+    """A row entry of block j: cached, not, or (when a unit fits inside) partial."""
+    inside = [p for p in range(j * block_size + unit, (j + 1) * block_size, unit)]
+    pick = rng.random()
+    if inside and pick < 0.3:
+        return {"upto": rng.choice(inside)}
+    return pick < 0.75
+
+
+def drafter_fields(rng: random.Random, kind: str) -> dict[str, Any]:
+    """No drafter, or one of the behaviours the kind can carry (La 0-2)."""
+    allowed = [str(d) for d in DRAFTERS[Kind(kind)]]
+    pick = rng.choice([None, None, *allowed])
+    if pick is None:
+        return {}
+    if pick == Drafter.LOOKAHEAD:
+        return {"drafter": pick, "lookahead": rng.randint(0, 2)}
+    return {"drafter": pick}
+
+
+def fine_queries(seed: int) -> Iterator[Query]:
+    """Endless hybrid queries with a hash unit, as vLLM's partial hash hits see them: a
+    Mamba group whose block is 2-4 hash units, full attention (sometimes a sliding
+    window at the hash unit), partially filled blocks, and drafters on any group."""
+    rng = random.Random(seed)
+    while True:
+        unit = rng.choice((1, 2))
+        groups: list[dict[str, Any]] = [
+            {"kind": "mamba", "block_size": unit * rng.choice((2, 4))},
+            {"kind": "full", "block_size": unit * rng.choice((1, 2, 4))},
+        ]
+        if rng.random() < 0.3:
+            groups.append(
+                {"kind": "sliding_window", "block_size": unit, "window": rng.randint(1, 6)}
+            )
+        rng.shuffle(groups)
+        lookahead = rng.random() < 0.5
+        for g in groups:
+            g.update(drafter_fields(rng, g["kind"]))
+            if not lookahead and g.get("drafter") == Drafter.LOOKAHEAD:
+                g["drafter"] = Drafter.NONE
+                del g["lookahead"]
+        max_length = rng.randint(0, 16)
+        rows = [
+            [
+                fine_entry(rng, j, g["block_size"], unit)
+                for j in range(max_length // g["block_size"] + 2)
+            ]
+            for g in groups
+        ]
+        yield parse_query(
+            {
+                "groups": groups,
+                "cached": rows,
+                "max_length": max_length,
+                "num_tokens": max_length + 1 + rng.choice((0, 0, 1, 2, 3)),
+                "hash_unit": unit,
+            }
+        )

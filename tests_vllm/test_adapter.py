@@ -28,9 +28,9 @@ HYBRID = {
     "groups": [
         {"kind": "full", "block_size": 4},
         {"kind": "sliding_window", "block_size": 2, "window": 5},
-        {"kind": "mamba", "block_size": 4, "eagle": False},
+        {"kind": "mamba", "block_size": 2, "eagle": False},
     ],
-    "cached": ["1101", "11011110", "0101"],
+    "cached": ["1101", "11011110", "01010110"],
     "max_length": 15,
 }
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvhit.engines.vllm.release import spec_key
+from kvhit.engines.vllm.release import EaglePath, eagle_path, spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Kind, Query, window_before
+from kvhit.model.spec import Drafter, Group, Kind, Query, Upto, window_before
 
 OLDEST = "0.14.0"
 NEWEST = "0.34.0"
@@ -108,12 +108,120 @@ def eagle_windows(q: Query) -> bool:
     return len(specs) >= 2
 
 
+def partial_hits(q: Query) -> bool:
+    """Whether vLLM may look the query up with partial hash hits: it has a hash unit and
+    a Mamba group whose block is larger (``partial_hash_hits_enabled``)."""
+    h = q.hash_unit
+    return h is not None and any(g.kind == Kind.MAMBA and g.block_size > h for g in q.groups)
+
+
+def fine_full_rows(q: Query) -> list[tuple[Group, tuple[Any, ...]]]:
+    """The full attention groups whose blocks hold several hash units, with their rows,
+    when partial hash hits may be on (else none)."""
+    if not partial_hits(q):
+        return []
+    return [
+        (g, row)
+        for g, row in zip(q.groups, q.cached)
+        if g.kind == Kind.FULL and g.block_size > (q.hash_unit or 0)
+    ]
+
+
+def whole_run(row: tuple[Any, ...]) -> int:
+    """How many blocks from block 0 on are cached whole."""
+    return next((j for j, e in enumerate(row) if e is not True), len(row))
+
+
+def lookup_caps(q: Query, g: Group) -> set[int]:
+    """Where vLLM's full attention lookup of g may stop at the latest, in hash units:
+    M, one hash unit more for a drafter that may drop it, each also cut where the
+    request's hashes end (T, or T - La with lookahead hashes)."""
+    h = q.hash_unit or 1
+    drafts = g.drafter in (Drafter.DROP, Drafter.LOOKAHEAD)
+    lookahead = max((x.lookahead for x in q.groups if x.drafter == Drafter.LOOKAHEAD), default=0)
+    ends = {q.num_tokens, q.num_tokens - lookahead}
+    reaches = {q.max_length, q.max_length + h * drafts}
+    return {min(r, *ends) // h * h for r in reaches} | {r // h * h for r in reaches}
+
+
+def interior_of_whole_block(q: Query) -> bool:
+    """A full attention group (block larger than the hash unit) whose lookup may stop
+    at a hash boundary inside a block cached whole, with every block before it cached."""
+    for g, row in fine_full_rows(q):
+        run = whole_run(row)
+        if any(c % g.block_size and c // g.block_size < run for c in lookup_caps(q, g)):
+            return True
+    return False
+
+
+def below_partial_boundary(q: Query) -> bool:
+    """A full attention group (block larger than the hash unit) whose cached run from
+    block 0 ends in a partially filled block with a hash boundary inside it below the
+    fine boundary."""
+    h = q.hash_unit or 0
+    for g, row in fine_full_rows(q):
+        j = whole_run(row)
+        if j < len(row) and isinstance(row[j], Upto) and j * g.block_size + h < row[j].end:
+            return True
+    return False
+
+
+def margin_past_max_length(q: Query) -> bool:
+    """An eagle group among several whose drop margin (a block, or a hash unit) from the
+    longest candidate reaches past M, outside the other eagle classes."""
+    unit = q.hash_unit
+    capped = any(
+        g.eagle and q.top + min(g.block_size, unit or g.block_size) > q.max_length for g in q.groups
+    )
+    others = eagle_window_off_alignment(q) or eagle_windows(q) or eagle_shares_spec(q)
+    return eagle_in_hybrid(q) and capped and not others
+
+
 def sw(window: int, block_size: int = 1, eagle: bool = False) -> dict[str, Any]:
     """A sliding window group object."""
     return {"kind": "sliding_window", "block_size": block_size, "window": window, "eagle": eagle}
 
 
+EAGLE_WITH_MAMBA = {
+    "groups": [sw(4, eagle=True), {"kind": "mamba", "block_size": 1}],
+    "cached": ["11111", "11101"],
+    "max_length": 3,
+    "num_tokens": 5,
+}
+"""An eagle window and a Mamba group: L* = 3, which needs block 3 of the window
+matched and dropped; the releases before 0.32 answer it short, each its own way."""
+
 DIVERGENCES = (
+    Divergence(
+        "only the prompt's last hash boundary is registered: a whole block's inner "
+        "boundaries are not found",
+        "lost reuse",
+        interior_of_whole_block,
+        {
+            "groups": [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}],
+            "cached": ["11", [True, {"upto": 6}]],
+            "max_length": 7,
+            "hash_unit": 2,
+        },
+        vllm_length=4,
+        vllm_blocks=[[0], [0]],
+        first="0.26.0",
+    ),
+    Divergence(
+        "vLLM only finds exact fine hash entries: a partial block is not found below "
+        "its fine boundary",
+        "lost reuse",
+        below_partial_boundary,
+        {
+            "groups": [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}],
+            "cached": [[True, {"upto": 6}], [True, {"upto": 5}]],
+            "max_length": 5,
+            "hash_unit": 1,
+        },
+        vllm_length=4,
+        vllm_blocks=[[0], [0]],
+        first="0.26.0",
+    ),
     Divergence(
         "eagle drop not re-checked after another eagle group lowers the hit",
         "unsafe",
@@ -144,15 +252,20 @@ DIVERGENCES = (
         "eagle lookup not widened by the margin, and the drop repeated on every pass",
         "lost reuse",
         eagle_in_hybrid,
-        {
-            "groups": [sw(5, 2, eagle=True), {"kind": "full", "block_size": 1, "eagle": True}],
-            "cached": ["11", "111"],
-            "max_length": 3,
-            "alignment": 2,
-        },
+        EAGLE_WITH_MAMBA,
         vllm_length=0,
         vllm_blocks=[[], []],
         last="0.19.0",
+    ),
+    Divergence(
+        "hybrid eagle lookup widened by the margin only up to max_length",
+        "lost reuse",
+        margin_past_max_length,
+        EAGLE_WITH_MAMBA,
+        vllm_length=2,
+        vllm_blocks=[[0, 1], [1]],
+        first="0.20.0",
+        last="0.31.0",
     ),
     Divergence(
         "chunk start taken from the lookup bound, rounded down to a block",
@@ -238,10 +351,14 @@ def documented(q: Query, release: str = NEWEST) -> list[str]:
 
 def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
     """vLLM's answer, or :class:`Unsupported` naming the installed release's documented
-    divergence whose scope holds the query."""
+    divergence whose scope holds the query (and, on the ``--vllm-eagle drop`` path, for
+    a query with a lookahead drafter, which vLLM then answers as another query)."""
     from kvhit.engines.vllm.target import RELEASE, vllm_target
 
-    names = documented(parse_query(query), RELEASE.name)
+    q = parse_query(query)
+    names = documented(q, RELEASE.name)
     if names:
         raise Unsupported(f"documented divergence: {names[0]}")
+    if eagle_path() == EaglePath.DROP and any(g.drafter == Drafter.LOOKAHEAD for g in q.groups):
+        raise Unsupported("the drop path asks the query whose lookahead drafters drop instead")
     return vllm_target(query)

@@ -10,7 +10,11 @@ detected here from a signature, a dataclass field or the code of a method:
   coordinator's ``use_eagle`` applies to every group);
 - ``KVCacheSpec.is_draft``, ``MambaSpec.mamba_cache_mode``: passed when accepted;
 - ``max_num_batched_tokens`` (0.20-0.25), renamed ``max_in_flight_tokens`` (0.26+);
-- ``allow_partial_hash_hits`` (0.30+): turned off, so hits stay multiples of A;
+- partial (fine-grained) hash hits (0.26+, ``enable_partial_hash_hits`` of the hybrid
+  coordinator): a query with a hash unit is asked only where vLLM has them;
+  ``allow_partial_hash_hits`` (0.30+) turns them off for a query without one;
+- lookahead block hashes (0.33+, ``num_hash_lookahead_tokens``): a ``lookahead``
+  drafter is asked only where vLLM has them;
 - eagle sliding windows whose block size is not the alignment: asserted against by
   the sliding window manager up to 0.22;
 - several groups that all have one spec: asserted against by the hybrid coordinator
@@ -24,14 +28,55 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import textwrap
 from dataclasses import dataclass, fields
+from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from math import lcm
 from typing import Any
 
 from kvhit.errors import UndrivableTarget
-from kvhit.model.spec import EAGLE_KINDS, Group, Kind, Query, inclusive_window
+from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, inclusive_window
+
+VLLM_TARGETS = ("vllm", "vllm-undocumented")
+"""The built-in targets that drive vLLM's lookup."""
+
+EAGLE_ENV = "KVHIT_VLLM_EAGLE"
+"""The environment variable that carries ``--vllm-eagle`` to the target (and so to every
+worker process a run starts)."""
+
+
+class EaglePath(StrEnum):
+    """How the ``vllm`` target runs a query's drafters (``--vllm-eagle``).
+
+    ``default``: as vLLM configures them on the installed release: a ``drop`` drafter
+    gets the eagle drop, a ``lookahead`` one lookahead block hashes (0.33+). ``drop``:
+    every ``lookahead`` drafter gets the eagle drop instead, as vLLM does with
+    ``disable_lookahead_block_hashes`` (``_resolve_num_hash_lookahead_tokens``,
+    ``config/vllm.py``, 0.34.0).
+    """
+
+    DEFAULT = "default"
+    DROP = "drop"
+
+
+def eagle_path() -> EaglePath:
+    """The path :data:`EAGLE_ENV` names (``default`` when unset); UndrivableTarget if it
+    names none."""
+    named = os.environ.get(EAGLE_ENV, EaglePath.DEFAULT)
+    if named not in tuple(EaglePath):
+        raise UndrivableTarget(f"{EAGLE_ENV}={named!r}: expected one of {', '.join(EaglePath)}")
+    return EaglePath(named)
+
+
+def target_label(name: str, path: EaglePath) -> str:
+    """How reports name a vllm target run on ``path``.
+
+    >>> target_label("vllm", EaglePath.DROP), target_label("vllm", EaglePath.DEFAULT)
+    ('vllm[eagle=drop]', 'vllm')
+    """
+    return name if path == EaglePath.DEFAULT else f"{name}[eagle={path}]"
 
 
 def installed_release() -> str:
@@ -91,6 +136,8 @@ class Release:
     mamba_cache_mode: bool
     eagle_window_needs_block_alignment: bool
     hybrid_needs_two_specs: bool
+    partial_hash_hits: bool = False
+    lookahead_hashes: bool = False
 
     @property
     def scheduler_alignment(self) -> bool:
@@ -139,6 +186,8 @@ def detect() -> Release:
         hybrid_needs_two_specs=says(
             hybrid.verify_and_split_kv_cache_groups, "requires at least two attention groups"
         ),
+        partial_hash_hits=says(hybrid.__init__, "enable_partial_hash_hits"),
+        lookahead_hashes="num_hash_lookahead_tokens" in params,
     )
 
 
@@ -154,8 +203,34 @@ def spec_key(g: Group) -> tuple[Any, ...]:
     return g.kind, g.block_size, window, g.chunk
 
 
-def refusal(q: Query, release: Release) -> str | None:
-    """Why vLLM ``release`` cannot be asked query ``q``, or None if it can.
+def drops(g: Group, path: EaglePath) -> bool:
+    """Whether vLLM gives group g the eagle drop: a ``drop`` drafter, or on the drop path
+    a ``lookahead`` one."""
+    return g.eagle or (path == EaglePath.DROP and g.drafter == Drafter.LOOKAHEAD)
+
+
+def flagged(g: Group) -> bool:
+    """Whether g holds a drafter's layers that vLLM flags ``is_eagle_group`` (an EAGLE or
+    MTP drafter: ``drop`` or ``lookahead``; they stay flagged when lookahead hashes clear
+    ``use_eagle``, ``kv_cache_coordinator.py``, 0.34.0)."""
+    return g.drafter in (Drafter.DROP, Drafter.LOOKAHEAD)
+
+
+def prefill_lookahead(q: Query) -> int:
+    """The model's ``num_prefill_lookahead_tokens``: the largest La of its lookahead
+    drafters (0: none). vLLM has one La for every group; since a hit must be valid for
+    every group, the largest La bounds it exactly as the groups' own La do together."""
+    return max((g.lookahead for g in q.groups if g.drafter == Drafter.LOOKAHEAD), default=0)
+
+
+def hash_lookahead(q: Query, path: EaglePath) -> int:
+    """``num_hash_lookahead_tokens``: La on the default path, 0 on the drop path
+    (``_resolve_num_hash_lookahead_tokens``, ``config/vllm.py``, 0.34.0)."""
+    return prefill_lookahead(q) if path == EaglePath.DEFAULT else 0
+
+
+def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> str | None:
+    """Why vLLM ``release`` cannot be asked query ``q`` on eagle ``path``, or None if it can.
 
     >>> from kvhit.model.protocol import parse_query
     >>> old = Release("0.14.0", frozenset(), False, False, False, True, True)
@@ -166,13 +241,24 @@ def refusal(q: Query, release: Release) -> str | None:
     """
     sizes = [g.block_size for g in q.groups]
     specs = {spec_key(g) for g in q.groups}
+    dropping = [g for g in q.groups if drops(g, path)]
     if len(q.groups) > 1 and len(specs) == 1 and release.hybrid_needs_two_specs:
         return (
             f"vLLM {release.name}'s hybrid coordinator asserts that the groups have at "
             "least two different specs"
         )
+    if len(q.groups) == 1 and q.hash_unit not in (None, sizes[0]):
+        return (
+            "vLLM rejects a prefix_match_unit other than the block size with a single KV "
+            "cache group (resolve_kv_cache_block_sizes)"
+        )
     if len(q.groups) == 1 and q.alignment != sizes[0]:
         return "vLLM aligns a single group's hits to its block size (scheduler block size = b)"
+    if q.hash_unit is not None and not release.partial_hash_hits:
+        return (
+            f"vLLM {release.name} has no partial hash hits (0.26.0 and later): a query "
+            "with a hash unit cannot be asked"
+        )
     if any(g.kind == Kind.CHUNKED_LOCAL and g.block_size != q.alignment for g in q.groups):
         return "vLLM asserts that a chunked local group's block size is the alignment"
     if not release.scheduler_alignment and q.alignment != lcm(*sizes):
@@ -180,16 +266,31 @@ def refusal(q: Query, release: Release) -> str | None:
             f"vLLM {release.name} has no scheduler_block_size: hits are aligned to the lcm "
             f"of the block sizes ({lcm(*sizes)}), not A={q.alignment}"
         )
-    eagle = [g.eagle for g in q.groups if g.kind in EAGLE_KINDS]
-    if any(eagle) and not release.group_eagle_flag:
-        if not all(eagle) or any(g.kind == Kind.CHUNKED_LOCAL for g in q.groups):
+    if path == EaglePath.DEFAULT and any(g.drafter == Drafter.LOOKAHEAD for g in q.groups):
+        if not release.lookahead_hashes:
+            return (
+                f"vLLM {release.name} has no lookahead block hashes "
+                "(num_hash_lookahead_tokens, 0.33.0 and later)"
+            )
+        if dropping:
+            return (
+                "vLLM either drops an eagle block (use_eagle) or hashes lookahead tokens, "
+                "for every drafter at once, never both"
+            )
+    if any(g.kind == Kind.CHUNKED_LOCAL for g in dropping):
+        return "vLLM asserts that a chunked local group never drops an eagle block"
+    if dropping and not release.group_eagle_flag:
+        if any(not drops(g, path) for g in q.groups if g.kind in EAGLE_KINDS) or any(
+            g.kind == Kind.CHUNKED_LOCAL for g in q.groups
+        ):
             return (
                 f"vLLM {release.name} has no per-group eagle flag (KVCacheGroupSpec."
-                "is_eagle_group): eagle applies to every full and sliding window group "
-                "or to none, and not with chunked local attention"
+                "is_eagle_group): with use_eagle every group drops, as when no group is "
+                "flagged later, so not a drafter on some full and sliding window groups "
+                "only, nor with chunked local attention"
             )
     if release.eagle_window_needs_block_alignment and any(
-        g.eagle and g.kind == Kind.SLIDING_WINDOW and g.block_size != q.alignment for g in q.groups
+        g.kind == Kind.SLIDING_WINDOW and g.block_size != q.alignment for g in dropping
     ):
         return (
             f"vLLM {release.name} asserts that an eagle sliding window's block size is "

@@ -3,37 +3,51 @@
 For each query this builds vLLM's KV cache config (one ``KVCacheGroupSpec`` per
 protocol group), gets the coordinator through ``get_kv_cache_coordinator``, marks in
 its block pool exactly the queried blocks as cached (under the chained block hashes
-vLLM computes for a request of ``num_tokens`` tokens), and asks
+vLLM's own request hasher computes for a request of ``num_tokens`` tokens), and asks
 ``find_longest_cache_hit``. Nothing of vLLM is copied here; only its API is called.
 
 It runs, unchanged, against every vLLM release from 0.14.0 to 0.34.0: what differs
 between releases is detected by :mod:`kvhit.engines.vllm.release`, and a query a
 release cannot be asked is refused before vLLM is called.
 
-How the protocol maps onto vLLM (docs/design.md §1, against vLLM 0.34):
+Each query is configured as vLLM configures that model on the release by default
+(docs/engines/vllm.md, against vLLM 0.34):
 
 - ``alignment`` A is vLLM's ``scheduler_block_size`` (before 0.23 vLLM aligns to the
-  lcm of the block sizes, so only that A is asked); the hash block size is the gcd
-  of the block sizes (vLLM's own choice for several groups), so it divides each.
-- vLLM's fine-grained "partial hash hits" (hits on hash boundaries inside a mamba
-  block, 0.30+) are turned off, so every hit is a multiple of A as the spec asks.
+  lcm of the block sizes, so only that A is asked). The hash block size is the query's
+  hash unit h (vLLM's ``prefix_match_unit``) or else the gcd of the block sizes
+  (vLLM's own choice for several groups), so it divides each.
+- Partial (fine-grained) hash hits are left to vLLM (``allow_partial_hash_hits`` at its
+  default): on where ``partial_hash_hits_enabled`` says so (a Mamba group in align
+  mode with a block larger than h, and every other group able to look up fine
+  hashes), and then hits are multiples of h. A query is asked only where vLLM's hits
+  land on its A. A query without a hash unit says that no hit falls inside a block:
+  from 0.30 on it is asked with ``allow_partial_hash_hits=False``, as vLLM's own
+  lazy KV offload asks its coordinator (``v1/simple_kv_offload/manager.py``).
+- A partially filled block ``{"upto": p}`` is registered as vLLM registers a prompt's
+  last hash boundary: ``BlockPool.cache_partial_block`` at p (the prefix hash at p).
 - Token ids are the positions 0 … T-1: any request of T tokens whose blocks are all
   distinct would do, since the cache is keyed by chained hashes.
-- Only whole blocks of the request have hashes: a cached bit past block
-  ⌊T/b⌋ - 1 cannot be marked (the spec never needs it either).
+- Only whole hash blocks of the request have hashes (with lookahead, those ending by
+  T - La): a cached block past them cannot be marked (the spec never needs it).
 - a sliding window is given to vLLM as the inclusive window that needs the same KV
   (vLLM's ``sliding_window`` counts the token itself): an exclusive window w is
   ``sliding_window=w+1`` (:func:`kvhit.model.spec.inclusive_window`).
-- ``eagle`` groups get vLLM's ``is_eagle_group`` flag and the coordinator is built
-  with ``use_eagle`` when any group has it; drafter specs carry ``is_draft`` (where
-  the release has these fields; before 0.20 eagle is all groups or none).
+- Drafters: ``drop`` and ``lookahead`` groups hold a drafter's layers, flagged
+  ``is_eagle_group`` (0.20+; before, ``use_eagle`` applies to every group, as vLLM's
+  "none flagged: all flagged" rule still does) and ``is_draft``. A ``drop`` drafter
+  sets ``use_eagle``; a ``lookahead`` one, La = ``num_hash_lookahead_tokens`` with
+  ``use_eagle`` off, as ``sched/scheduler.py`` builds the KV manager (0.33+); ``none``
+  changes nothing. ``--vllm-eagle drop`` (:class:`kvhit.engines.vllm.release.EaglePath`)
+  gives lookahead drafters the drop instead.
 - A single group goes to vLLM's unitary coordinator, which aligns hits to the
   group's block size; vLLM only ever builds it with A = b, so other A are refused.
 - vLLM refuses some configurations outright (its own asserts, e.g. chunked local
   attention with mixed block sizes): the adapter knows them from the configuration
   (:func:`kvhit.engines.vllm.release.refusal`) and raises
-  :class:`kvhit.errors.Unsupported` before calling vLLM. Any other assert or error
-  inside vLLM is left to surface as a ``crash``.
+  :class:`kvhit.errors.Unsupported` before calling vLLM; a ``ValueError`` vLLM raises
+  while building the coordinator (its checks of a configuration) is one too. Any
+  other assert or error inside vLLM is left to surface as a ``crash``.
 
     >>> vllm_target({"groups": [{"kind": "full", "block_size": 2, "eagle": False}],
     ...              "cached": [[True, True, False]], "max_length": 5,
@@ -46,22 +60,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
-from math import gcd
+from math import gcd, lcm
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from kvhit.engines.vllm.release import detect, import_failure, refusal
+from kvhit.engines.vllm.release import (
+    EaglePath,
+    detect,
+    drops,
+    eagle_path,
+    flagged,
+    hash_lookahead,
+    import_failure,
+    prefill_lookahead,
+    refusal,
+)
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Kind, Query, inclusive_window
+from kvhit.model.spec import Group, Kind, Query, Upto, inclusive_window
 
 try:
     from vllm.utils.hashing import sha256
     from vllm.v1.core import kv_cache_utils
     from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
-    from vllm.v1.core.kv_cache_utils import BlockHash, hash_block_tokens
+    from vllm.v1.core.kv_cache_utils import BlockHash, get_request_block_hasher
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
         FullAttentionSpec,
@@ -94,7 +118,7 @@ class Lookup:
 
 def draft_flag(g: Group) -> dict[str, bool]:
     """The spec's ``is_draft`` keyword, where the release has it."""
-    return {"is_draft": g.eagle} if RELEASE.draft_flag else {}
+    return {"is_draft": flagged(g)} if RELEASE.draft_flag else {}
 
 
 def full_spec(g: Group) -> KVCacheSpec:
@@ -110,16 +134,17 @@ def sliding_window_spec(g: Group) -> KVCacheSpec:
 
 
 def chunked_local_spec(g: Group) -> KVCacheSpec:
-    """A chunked local attention group's spec."""
+    """A chunked local attention group's spec (a drafter's is flagged)."""
     return ChunkedLocalAttentionSpec(
-        block_size=g.block_size, attention_chunk_size=g.chunk, **ATTENTION
+        block_size=g.block_size, attention_chunk_size=g.chunk, **ATTENTION, **draft_flag(g)
     )
 
 
 def mamba_spec(g: Group) -> KVCacheSpec:
-    """A Mamba group's spec, its states cached at block boundaries."""
+    """A Mamba group's spec, its states cached at block boundaries ("align" mode; a
+    drafter's is flagged)."""
     mode = {"mamba_cache_mode": "align"} if RELEASE.mamba_cache_mode else {}
-    return MambaSpec(block_size=g.block_size, **MAMBA_STATE, **mode)
+    return MambaSpec(block_size=g.block_size, **MAMBA_STATE, **mode, **draft_flag(g))
 
 
 SPECS: dict[Kind, Callable[[Group], KVCacheSpec]] = {
@@ -128,8 +153,7 @@ SPECS: dict[Kind, Callable[[Group], KVCacheSpec]] = {
     Kind.CHUNKED_LOCAL: chunked_local_spec,
     Kind.MAMBA: mamba_spec,
 }
-"""Each kind's vLLM KV cache spec; the kinds a drafter can have
-(:data:`kvhit.model.spec.EAGLE_KINDS`) carry ``is_draft``."""
+"""Each kind's vLLM KV cache spec; a drafter's carries ``is_draft``."""
 
 
 def group_spec(g: Group) -> KVCacheSpec:
@@ -138,17 +162,27 @@ def group_spec(g: Group) -> KVCacheSpec:
 
 
 def hash_block_size(q: Query) -> int:
-    """The hash granularity: the gcd of the block sizes (divides every one)."""
+    """The hash granularity: the query's hash unit (vLLM's ``prefix_match_unit``), else
+    the gcd of the block sizes (vLLM's default); it divides every block size."""
+    if q.hash_unit is not None:
+        return q.hash_unit
     return reduce(gcd, (g.block_size for g in q.groups))
 
 
+def scheduler_block_size(q: Query) -> int:
+    """vLLM's scheduler block size: A where every block size divides it, else the lcm
+    of the block sizes (vLLM's own; hits then land on hash units or nowhere asked)."""
+    sizes = [g.block_size for g in q.groups]
+    return q.alignment if all(q.alignment % b == 0 for b in sizes) else lcm(*sizes)
+
+
 def pool_size(q: Query) -> int:
-    """Enough blocks for every cached bit, plus vLLM's null block."""
-    return sum(sum(row) for row in q.cached) + 1
+    """Enough blocks for every cached or partial entry, plus vLLM's null block."""
+    return sum(1 for row in q.cached for e in row if isinstance(e, Upto) or e) + 1
 
 
 def kv_cache_config(q: Query) -> KVCacheConfig:
-    """The KV cache config: one group per protocol group, eagle groups flagged."""
+    """The KV cache config: one group per protocol group, drafter groups flagged."""
     groups = [
         KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g))
         for i, g in enumerate(q.groups)
@@ -158,76 +192,130 @@ def kv_cache_config(q: Query) -> KVCacheConfig:
 
 def eagle_flag(g: Group) -> dict[str, bool]:
     """The group's ``is_eagle_group`` keyword, where the release has it."""
-    return {"is_eagle_group": g.eagle} if RELEASE.group_eagle_flag else {}
+    return {"is_eagle_group": flagged(g)} if RELEASE.group_eagle_flag else {}
 
 
-def coordinator_options(q: Query) -> dict[str, Any]:
-    """The keywords of ``get_kv_cache_coordinator`` this release takes, for query ``q``."""
+def coordinator_options(q: Query, path: EaglePath) -> dict[str, Any]:
+    """The keywords of ``get_kv_cache_coordinator`` this release takes, for query ``q``
+    with its drafters on ``path``."""
     options: dict[str, Any] = {
         "max_model_len": q.num_tokens,
-        "use_eagle": any(g.eagle for g in q.groups),
+        "use_eagle": any(drops(g, path) for g in q.groups),
         "enable_caching": True,
         "enable_kv_cache_events": False,
         "dcp_world_size": 1,
         "pcp_world_size": 1,
         "hash_block_size": hash_block_size(q),
-        "scheduler_block_size": q.alignment,
-        "allow_partial_hash_hits": False,
+        "scheduler_block_size": scheduler_block_size(q),
+        "num_hash_lookahead_tokens": hash_lookahead(q, path),
+        "num_prefill_lookahead": prefill_lookahead(q),
     }
+    if q.hash_unit is None:
+        options["allow_partial_hash_hits"] = False
     if RELEASE.token_budget_param:
         options[RELEASE.token_budget_param] = q.num_tokens
     return {k: v for k, v in options.items() if k in RELEASE.coordinator_params}
 
 
-def build_coordinator(q: Query) -> KVCacheCoordinator:
+def partial_hits_on(coordinator: KVCacheCoordinator) -> bool:
+    """Whether vLLM turned partial hash hits on for this coordinator (0.26+)."""
+    return bool(getattr(coordinator, "enable_partial_hash_hits", False))
+
+
+def hit_alignment(coordinator: KVCacheCoordinator, q: Query) -> int:
+    """What vLLM aligns the coordinator's hits to: the hash block size with partial
+    hash hits on, else the scheduler block size it was given (before 0.23, the lcm of
+    the block sizes, which :func:`refusal` has checked is A)."""
+    if partial_hits_on(coordinator):
+        return hash_block_size(q)
+    return scheduler_block_size(q)
+
+
+def build_coordinator(q: Query, path: EaglePath | None = None) -> KVCacheCoordinator:
     """vLLM's coordinator for the query's groups, as the engine would build it;
-    :class:`Unsupported` if this release cannot be asked the query."""
-    reason = refusal(q, RELEASE)
+    :class:`Unsupported` if this release cannot be asked the query (``path``: the
+    ``--vllm-eagle`` path, default the one the environment names)."""
+    path = eagle_path() if path is None else path
+    reason = refusal(q, RELEASE, path)
     if reason is not None:
         raise Unsupported(reason)
-    return get_kv_cache_coordinator(kv_cache_config(q), **coordinator_options(q))
+    try:
+        coordinator = get_kv_cache_coordinator(kv_cache_config(q), **coordinator_options(q, path))
+    except ValueError as err:
+        raise Unsupported(f"vLLM {RELEASE.name} refuses the configuration: {err}") from None
+    aligned = hit_alignment(coordinator, q)
+    if aligned != q.alignment:
+        partial = "on" if partial_hits_on(coordinator) else "off"
+        raise Unsupported(
+            f"vLLM {RELEASE.name} aligns these groups' hits to {aligned}, not A={q.alignment} "
+            f"(partial hash hits {partial}: partial_hash_hits_enabled)"
+        )
+    return coordinator
 
 
-def request_hashes(num_tokens: int, block_size: int) -> list[BlockHash]:
-    """The chained block hashes of a request of tokens 0 … num_tokens-1.
+def request(num_tokens: int) -> SimpleNamespace:
+    """A plain-text request of tokens 0 … num_tokens-1, as vLLM's hasher reads one."""
+    tokens = list(range(num_tokens))
+    return SimpleNamespace(
+        num_tokens=num_tokens,
+        block_hashes=[],
+        all_token_ids=tokens,
+        _all_token_ids=tokens,
+        mm_features=[],
+        lora_request=None,
+        cache_salt=None,
+        prompt_embeds=None,
+    )
+
+
+def request_hashes(num_tokens: int, block_size: int, lookahead: int = 0) -> list[BlockHash]:
+    """The chained block hashes vLLM's own request hasher gives a request of tokens
+    0 … num_tokens-1; with ``lookahead`` La (0.33+), each also covers the La tokens after
+    its block, so only blocks ending by num_tokens - La have one.
 
     >>> len(request_hashes(10, 4))  # only whole blocks are hashed
     2
     """
-    hashes: list[BlockHash] = []
-    for start in range(0, num_tokens - block_size + 1, block_size):
-        parent = hashes[-1] if hashes else None
-        hashes.append(hash_block_tokens(sha256, parent, range(start, start + block_size)))
-    return hashes
+    extra = (lookahead,) if lookahead else ()
+    return get_request_block_hasher(block_size, sha256, *extra)(request(num_tokens))
 
 
 def mark_cached(coordinator: KVCacheCoordinator, q: Query, hashes: list[BlockHash]) -> None:
-    """Put exactly the query's cached blocks into the coordinator's block pool."""
+    """Put exactly the query's cached blocks into the coordinator's block pool: whole
+    blocks through ``cache_full_blocks``, a partially filled one through
+    ``cache_partial_block`` at its fine boundary (as vLLM registers a prompt's tail)."""
     pool = coordinator.block_pool
-    request = SimpleNamespace(block_hashes=hashes)
-    whole = len(hashes) * pool.hash_block_size
+    owner = SimpleNamespace(block_hashes=hashes)
+    hashed = len(hashes) * pool.hash_block_size
     for group_id, (g, row) in enumerate(zip(q.groups, q.cached)):
-        bits = row[: whole // g.block_size]
-        fresh = iter(pool.get_new_blocks(sum(bits)))
-        blocks = [next(fresh) if bit else pool.null_block for bit in bits]
-        pool.cache_full_blocks(request, blocks, 0, len(blocks), g.block_size, group_id)
+        whole = [e is True for e in row[: hashed // g.block_size]]
+        fresh = iter(pool.get_new_blocks(sum(whole)))
+        blocks = [next(fresh) if bit else pool.null_block for bit in whole]
+        pool.cache_full_blocks(owner, blocks, 0, len(blocks), g.block_size, group_id)
+        for entry in row:
+            if isinstance(entry, Upto) and entry.end <= hashed:
+                (block,) = pool.get_new_blocks(1)
+                pool.cache_partial_block(owner, block, entry.end, group_id, g.block_size)
 
 
-def prepare(q: Query) -> tuple[KVCacheCoordinator, list[BlockHash]]:
+def prepare(q: Query, path: EaglePath | None = None) -> tuple[KVCacheCoordinator, list[BlockHash]]:
     """vLLM's coordinator holding the query's cache state, and the request's hashes."""
-    coordinator = build_coordinator(q)
-    hashes = request_hashes(q.num_tokens, coordinator.block_pool.hash_block_size)
+    path = eagle_path() if path is None else path
+    coordinator = build_coordinator(q, path)
+    hashes = request_hashes(
+        q.num_tokens, coordinator.block_pool.hash_block_size, hash_lookahead(q, path)
+    )
     mark_cached(coordinator, q, hashes)
     return coordinator, hashes
 
 
-def lookup(q: Query) -> Lookup:
+def lookup(q: Query, path: EaglePath | None = None) -> Lookup:
     """Run vLLM's ``find_longest_cache_hit`` on the query's cache state.
 
     Configurations the release refuses raise :class:`Unsupported` before the call;
     anything vLLM raises during it (its asserts included) surfaces as a crash.
     """
-    coordinator, hashes = prepare(q)
+    coordinator, hashes = prepare(q, path)
     blocks, length, *uncached = coordinator.find_longest_cache_hit(hashes, q.max_length)
     reused = [[j for j, block in enumerate(group) if not block.is_null] for group in blocks]
     return Lookup(length, reused, uncached[0] if uncached else None)
