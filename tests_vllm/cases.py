@@ -14,7 +14,7 @@ from typing import Any
 
 from kvhit.engines.vllm.target import Lookup, build_coordinator, lookup
 from kvhit.errors import Unsupported
-from kvhit.harness.random_cases import random_queries
+from kvhit.harness.random_cases import CHOICES, Choice, random_queries
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import DRAFTERS, Drafter, Kind, Query, longest_hit
 
@@ -54,9 +54,23 @@ def eagle_queries(seed: int) -> Iterator[Query]:
         )
 
 
+WHOLE_BLOCKS = [c for c in CHOICES if c not in (Choice.DRAFTER, Choice.HASH_UNIT)]
+"""The generator's choices without hash units and new drafters: the space whose every
+disagreement a documented class names (docs/findings-vllm.md lists what the rest finds)."""
+
+
 def mixed_queries(seed: int, count: int) -> list[Query]:
-    """``count`` queries from each source."""
-    return [*random_queries(seed=seed, count=count), *islice(eagle_queries(seed), count)]
+    """``count`` whole-block queries from each source (:data:`WHOLE_BLOCKS`)."""
+    return [
+        *random_queries(seed=seed, count=count, kinds=WHOLE_BLOCKS),
+        *islice(eagle_queries(seed), count),
+    ]
+
+
+def whole_block(q: Query) -> bool:
+    """Whether q is in the space :data:`WHOLE_BLOCKS` draws: no hash unit, no drafter
+    but the eagle drop."""
+    return q.hash_unit is None and all(g.drafter in (None, Drafter.DROP) for g in q.groups)
 
 
 def disagreement(q: Query, found: Lookup) -> str | None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvhit.engines.vllm.release import EaglePath, eagle_path, spec_key
+from kvhit.engines.vllm.release import spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Group, Kind, Query, Upto, window_before
@@ -351,14 +351,11 @@ def documented(q: Query, release: str = NEWEST) -> list[str]:
 
 def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
     """vLLM's answer, or :class:`Unsupported` naming the installed release's documented
-    divergence whose scope holds the query (and, on the ``--vllm-eagle drop`` path, for
-    a query with a lookahead drafter, which vLLM then answers as another query)."""
+    divergence whose scope holds the query."""
     from kvhit.engines.vllm.target import RELEASE, vllm_target
 
     q = parse_query(query)
     names = documented(q, RELEASE.name)
     if names:
         raise Unsupported(f"documented divergence: {names[0]}")
-    if eagle_path() == EaglePath.DROP and any(g.drafter == Drafter.LOOKAHEAD for g in q.groups):
-        raise Unsupported("the drop path asks the query whose lookahead drafters drop instead")
     return vllm_target(query)

@@ -50,11 +50,13 @@ worker process a run starts)."""
 class EaglePath(StrEnum):
     """How the ``vllm`` target runs a query's drafters (``--vllm-eagle``).
 
-    ``default``: as vLLM configures them on the installed release: a ``drop`` drafter
-    gets the eagle drop, a ``lookahead`` one lookahead block hashes (0.33+). ``drop``:
-    every ``lookahead`` drafter gets the eagle drop instead, as vLLM does with
-    ``disable_lookahead_block_hashes`` (``_resolve_num_hash_lookahead_tokens``,
-    ``config/vllm.py``, 0.34.0).
+    ``default``: a query's drafters as it states them: a ``drop`` drafter gets the
+    eagle drop (what vLLM runs through 0.32, and from 0.33 with
+    ``disable_lookahead_block_hashes``), a ``lookahead`` one lookahead block hashes
+    (0.33+, vLLM's default for EAGLE/MTP there: ``_resolve_num_hash_lookahead_tokens``,
+    ``config/vllm.py``, 0.34.0). ``drop``: the path of a model whose drafter drops on
+    every release: a ``lookahead`` query is refused, since vLLM would answer it as
+    another query (its drafters dropping), which the spec of this one does not judge.
     """
 
     DEFAULT = "default"
@@ -203,16 +205,17 @@ def spec_key(g: Group) -> tuple[Any, ...]:
     return g.kind, g.block_size, window, g.chunk
 
 
-def drops(g: Group, path: EaglePath) -> bool:
-    """Whether vLLM gives group g the eagle drop: a ``drop`` drafter, or on the drop path
-    a ``lookahead`` one."""
-    return g.eagle or (path == EaglePath.DROP and g.drafter == Drafter.LOOKAHEAD)
-
-
 def flagged(g: Group) -> bool:
-    """Whether g holds a drafter's layers that vLLM flags ``is_eagle_group`` (an EAGLE or
-    MTP drafter: ``drop`` or ``lookahead``; they stay flagged when lookahead hashes clear
-    ``use_eagle``, ``kv_cache_coordinator.py``, 0.34.0)."""
+    """Whether vLLM flags g ``is_eagle_group``: every group that carries a drafter. A
+    Mamba group carrying ``none`` beside an eagle drop is flagged, as vLLM's "none
+    flagged: all flagged" rule flags it (``kv_cache_coordinator.py``, 0.34.0); 0.20-0.25
+    then give it the eagle margin (vLLM #45614), where the spec asks nothing more."""
+    return g.drafter is not None
+
+
+def is_draft(g: Group) -> bool:
+    """Whether g's spec is a drafter's own (``is_draft``): a ``drop`` or ``lookahead``
+    drafter's layers."""
     return g.drafter in (Drafter.DROP, Drafter.LOOKAHEAD)
 
 
@@ -225,7 +228,8 @@ def prefill_lookahead(q: Query) -> int:
 
 def hash_lookahead(q: Query, path: EaglePath) -> int:
     """``num_hash_lookahead_tokens``: La on the default path, 0 on the drop path
-    (``_resolve_num_hash_lookahead_tokens``, ``config/vllm.py``, 0.34.0)."""
+    (``_resolve_num_hash_lookahead_tokens``, ``config/vllm.py``, 0.34.0), where a
+    lookahead query is refused."""
     return prefill_lookahead(q) if path == EaglePath.DEFAULT else 0
 
 
@@ -241,7 +245,7 @@ def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> 
     """
     sizes = [g.block_size for g in q.groups]
     specs = {spec_key(g) for g in q.groups}
-    dropping = [g for g in q.groups if drops(g, path)]
+    dropping = [g for g in q.groups if g.eagle]
     if len(q.groups) > 1 and len(specs) == 1 and release.hybrid_needs_two_specs:
         return (
             f"vLLM {release.name}'s hybrid coordinator asserts that the groups have at "
@@ -266,28 +270,22 @@ def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> 
             f"vLLM {release.name} has no scheduler_block_size: hits are aligned to the lcm "
             f"of the block sizes ({lcm(*sizes)}), not A={q.alignment}"
         )
-    if path == EaglePath.DEFAULT and any(g.drafter == Drafter.LOOKAHEAD for g in q.groups):
-        if not release.lookahead_hashes:
-            return (
-                f"vLLM {release.name} has no lookahead block hashes "
-                "(num_hash_lookahead_tokens, 0.33.0 and later)"
-            )
-        if dropping:
-            return (
-                "vLLM either drops an eagle block (use_eagle) or hashes lookahead tokens, "
-                "for every drafter at once, never both"
-            )
+    path_refusal = drafter_path_refusal(q, release, path)
+    if path_refusal is not None:
+        return path_refusal
     if any(g.kind == Kind.CHUNKED_LOCAL for g in dropping):
         return "vLLM asserts that a chunked local group never drops an eagle block"
     if dropping and not release.group_eagle_flag:
-        if any(not drops(g, path) for g in q.groups if g.kind in EAGLE_KINDS) or any(
-            g.kind == Kind.CHUNKED_LOCAL for g in q.groups
+        if any(
+            g.kind == Kind.CHUNKED_LOCAL
+            or (not g.eagle if g.kind in EAGLE_KINDS else not flagged(g))
+            for g in q.groups
         ):
             return (
                 f"vLLM {release.name} has no per-group eagle flag (KVCacheGroupSpec."
                 "is_eagle_group): with use_eagle every group drops, as when no group is "
-                "flagged later, so not a drafter on some full and sliding window groups "
-                "only, nor with chunked local attention"
+                "flagged later, so only when every full and sliding window group drops "
+                "and every Mamba group carries a drafter, with no chunked local attention"
             )
     if release.eagle_window_needs_block_alignment and any(
         g.kind == Kind.SLIDING_WINDOW and g.block_size != q.alignment for g in dropping
@@ -295,5 +293,31 @@ def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> 
         return (
             f"vLLM {release.name} asserts that an eagle sliding window's block size is "
             "the alignment"
+        )
+    return None
+
+
+def drafter_path_refusal(q: Query, release: Release, path: EaglePath) -> str | None:
+    """Why vLLM ``release`` does not run q's drafters on ``path`` (:class:`EaglePath`),
+    or None. vLLM has one drafter per model: it drops (EAGLE/MTP without lookahead
+    hashes), hashes lookahead tokens (EAGLE/MTP, 0.33+ by default), or neither (DFlash,
+    DSpark: ``none``)."""
+    lookahead = any(g.drafter == Drafter.LOOKAHEAD for g in q.groups)
+    dropping = any(g.eagle for g in q.groups)
+    if lookahead and dropping:
+        return (
+            "vLLM either drops an eagle block (use_eagle) or hashes lookahead tokens, "
+            "for every drafter at once, never both"
+        )
+    if dropping and any(g.drafter == Drafter.NONE and g.kind in EAGLE_KINDS for g in q.groups):
+        return "vLLM has one drafter per model: an eagle drop and a drafter that drops nothing never mix"
+    if path == EaglePath.DROP and lookahead:
+        return (
+            "on the drop path vLLM hashes no lookahead tokens: a lookahead drafter is another query"
+        )
+    if lookahead and not release.lookahead_hashes:
+        return (
+            f"vLLM {release.name} has no lookahead block hashes "
+            "(num_hash_lookahead_tokens, 0.33.0 and later)"
         )
     return None

@@ -33,13 +33,14 @@ Each query is configured as vLLM configures that model on the release by default
 - a sliding window is given to vLLM as the inclusive window that needs the same KV
   (vLLM's ``sliding_window`` counts the token itself): an exclusive window w is
   ``sliding_window=w+1`` (:func:`kvhit.model.spec.inclusive_window`).
-- Drafters: ``drop`` and ``lookahead`` groups hold a drafter's layers, flagged
-  ``is_eagle_group`` (0.20+; before, ``use_eagle`` applies to every group, as vLLM's
-  "none flagged: all flagged" rule still does) and ``is_draft``. A ``drop`` drafter
-  sets ``use_eagle``; a ``lookahead`` one, La = ``num_hash_lookahead_tokens`` with
-  ``use_eagle`` off, as ``sched/scheduler.py`` builds the KV manager (0.33+); ``none``
-  changes nothing. ``--vllm-eagle drop`` (:class:`kvhit.engines.vllm.release.EaglePath`)
-  gives lookahead drafters the drop instead.
+- Drafters: every group carrying one is flagged ``is_eagle_group`` (0.20+; before,
+  ``use_eagle`` applies to every group, as vLLM's "none flagged: all flagged" rule
+  still does), so a Mamba group carrying ``none`` beside an eagle drop is flagged as
+  that rule flags it; ``drop`` and ``lookahead`` specs are also ``is_draft``. A
+  ``drop`` drafter sets ``use_eagle``; a ``lookahead`` one, La =
+  ``num_hash_lookahead_tokens`` with ``use_eagle`` off, as ``sched/scheduler.py``
+  builds the KV manager (0.33+). Which of the two a release runs by default, and
+  ``--vllm-eagle drop``: :class:`kvhit.engines.vllm.release.EaglePath`.
 - A single group goes to vLLM's unitary coordinator, which aligns hits to the
   group's block size; vLLM only ever builds it with A = b, so other A are refused.
 - vLLM refuses some configurations outright (its own asserts, e.g. chunked local
@@ -69,11 +70,11 @@ import torch
 from kvhit.engines.vllm.release import (
     EaglePath,
     detect,
-    drops,
     eagle_path,
     flagged,
     hash_lookahead,
     import_failure,
+    is_draft,
     prefill_lookahead,
     refusal,
 )
@@ -118,7 +119,7 @@ class Lookup:
 
 def draft_flag(g: Group) -> dict[str, bool]:
     """The spec's ``is_draft`` keyword, where the release has it."""
-    return {"is_draft": flagged(g)} if RELEASE.draft_flag else {}
+    return {"is_draft": is_draft(g)} if RELEASE.draft_flag else {}
 
 
 def full_spec(g: Group) -> KVCacheSpec:
@@ -200,7 +201,7 @@ def coordinator_options(q: Query, path: EaglePath) -> dict[str, Any]:
     with its drafters on ``path``."""
     options: dict[str, Any] = {
         "max_model_len": q.num_tokens,
-        "use_eagle": any(drops(g, path) for g in q.groups),
+        "use_eagle": any(g.eagle for g in q.groups),
         "enable_caching": True,
         "enable_kv_cache_events": False,
         "dcp_world_size": 1,
