@@ -116,8 +116,9 @@ def test_the_drop_path_never_asks_a_lookahead_query_as_another():
     with pytest.raises(Unsupported, match="drop path"):
         lookup(q, EaglePath.DROP)
     as_drop = replace(q, groups=(replace(q.groups[0], drafter=Drafter.DROP), q.groups[1]))
-    for path in EaglePath:
-        assert lookup(as_drop, path).length == longest_hit(as_drop).length == 6
+    assert lookup(as_drop, EaglePath.DROP) == lookup(as_drop, EaglePath.DEFAULT)
+    if not documented(as_drop, RELEASE.name):
+        assert lookup(as_drop, EaglePath.DROP).length == longest_hit(as_drop).length == 6
 
 
 def test_a_drafter_on_mamba_is_driven():

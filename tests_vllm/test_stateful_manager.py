@@ -105,7 +105,8 @@ def test_the_stateful_gate_finds_nothing_outside_the_documented_divergences() ->
     plan = ProgramPlan(stop_at_first=False, seed=1)
     tally = run_programs(runner, "vllm", plan, programs=PROGRAMS)
     assert tally.found == []
-    assert tally.counts["ok"] > PROGRAMS and tally.counts["rejected"] > 0
+    # Old releases refuse the programs with a hash unit or a lookahead drafter.
+    assert tally.counts["ok"] > PROGRAMS // 2 and tally.counts["rejected"] > 0
 
 
 @pytest.mark.parametrize("seed", [0, 1])

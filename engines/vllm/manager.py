@@ -128,7 +128,7 @@ class VllmManagerEngine:
             raise Unsupported(reason)
         lookahead = lookahead_tokens(self.groups)
         specs = [
-            KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g))
+            KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g, self.groups))
             for i, g in enumerate(self.groups)
         ]
         pool = KVCacheConfig(

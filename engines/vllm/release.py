@@ -205,12 +205,16 @@ def spec_key(g: Group) -> tuple[Any, ...]:
     return g.kind, g.block_size, window, g.chunk
 
 
-def flagged(g: Group) -> bool:
-    """Whether vLLM flags g ``is_eagle_group``: every group that carries a drafter. A
-    Mamba group carrying ``none`` beside an eagle drop is flagged, as vLLM's "none
-    flagged: all flagged" rule flags it (``kv_cache_coordinator.py``, 0.34.0); 0.20-0.25
-    then give it the eagle margin (vLLM #45614), where the spec asks nothing more."""
-    return g.drafter is not None
+def flagged(g: Group, groups: tuple[Group, ...]) -> bool:
+    """Whether vLLM flags g ``is_eagle_group`` among ``groups``: a ``drop`` or
+    ``lookahead`` drafter's group, and a Mamba group carrying ``none`` beside an eagle
+    drop, which vLLM's "none flagged: all flagged" rule flags
+    (``kv_cache_coordinator.py``, 0.34.0); 0.20-0.25 then give it the eagle margin
+    (vLLM #45614), where the spec asks nothing more. A ``none`` drafter elsewhere
+    (DFlash, DSpark) is never flagged: vLLM drops an eagle block in a flagged group."""
+    if g.drafter in (Drafter.DROP, Drafter.LOOKAHEAD):
+        return True
+    return g.kind == Kind.MAMBA and g.drafter == Drafter.NONE and any(h.eagle for h in groups)
 
 
 def is_draft(g: Group) -> bool:
@@ -276,16 +280,14 @@ def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> 
     if any(g.kind == Kind.CHUNKED_LOCAL for g in dropping):
         return "vLLM asserts that a chunked local group never drops an eagle block"
     if dropping and not release.group_eagle_flag:
-        if any(
-            g.kind == Kind.CHUNKED_LOCAL
-            or (not g.eagle if g.kind in EAGLE_KINDS else not flagged(g))
-            for g in q.groups
+        if any(not g.eagle for g in q.groups if g.kind in EAGLE_KINDS) or any(
+            g.kind == Kind.CHUNKED_LOCAL for g in q.groups
         ):
             return (
                 f"vLLM {release.name} has no per-group eagle flag (KVCacheGroupSpec."
                 "is_eagle_group): with use_eagle every group drops, as when no group is "
-                "flagged later, so only when every full and sliding window group drops "
-                "and every Mamba group carries a drafter, with no chunked local attention"
+                "flagged later, so not a drafter on some full and sliding window groups "
+                "only, nor with chunked local attention"
             )
     if release.eagle_window_needs_block_alignment and any(
         g.kind == Kind.SLIDING_WINDOW and g.block_size != q.alignment for g in dropping

@@ -33,10 +33,10 @@ Each query is configured as vLLM configures that model on the release by default
 - a sliding window is given to vLLM as the inclusive window that needs the same KV
   (vLLM's ``sliding_window`` counts the token itself): an exclusive window w is
   ``sliding_window=w+1`` (:func:`kvhit.model.spec.inclusive_window`).
-- Drafters: every group carrying one is flagged ``is_eagle_group`` (0.20+; before,
-  ``use_eagle`` applies to every group, as vLLM's "none flagged: all flagged" rule
-  still does), so a Mamba group carrying ``none`` beside an eagle drop is flagged as
-  that rule flags it; ``drop`` and ``lookahead`` specs are also ``is_draft``. A
+- Drafters: ``drop`` and ``lookahead`` groups, and a Mamba group carrying ``none``
+  beside an eagle drop (as vLLM's "none flagged: all flagged" rule flags it), are
+  flagged ``is_eagle_group`` (0.20+; before, ``use_eagle`` applies to every group);
+  ``drop`` and ``lookahead`` specs are also ``is_draft``. A
   ``drop`` drafter sets ``use_eagle``; a ``lookahead`` one, La =
   ``num_hash_lookahead_tokens`` with ``use_eagle`` off, as ``sched/scheduler.py``
   builds the KV manager (0.33+). Which of the two a release runs by default, and
@@ -185,15 +185,15 @@ def pool_size(q: Query) -> int:
 def kv_cache_config(q: Query) -> KVCacheConfig:
     """The KV cache config: one group per protocol group, drafter groups flagged."""
     groups = [
-        KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g))
+        KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g, q.groups))
         for i, g in enumerate(q.groups)
     ]
     return KVCacheConfig(num_blocks=pool_size(q), kv_cache_tensors=[], kv_cache_groups=groups)
 
 
-def eagle_flag(g: Group) -> dict[str, bool]:
-    """The group's ``is_eagle_group`` keyword, where the release has it."""
-    return {"is_eagle_group": flagged(g)} if RELEASE.group_eagle_flag else {}
+def eagle_flag(g: Group, groups: tuple[Group, ...]) -> dict[str, bool]:
+    """Group g's ``is_eagle_group`` keyword among ``groups``, where the release has it."""
+    return {"is_eagle_group": flagged(g, groups)} if RELEASE.group_eagle_flag else {}
 
 
 def coordinator_options(q: Query, path: EaglePath) -> dict[str, Any]:
