@@ -1,17 +1,22 @@
 """``kvhit prove``: run the theorem registry and report, and the proof section of
 ``kvhit verify``.
 
-One table row per theorem (name, status, bound, seconds, and cvc5's agreement with
-``--cross-check``); each refutation is followed by its counterexample, drawn with
-:func:`kvhit.draw.draw` and judged with :func:`kvhit.draw.judge`; then a closing count.
-Exit 0 only if every theorem got its expected status (and cvc5 never disagreed),
-1 otherwise, 2 on bad usage.
+Theorems are proved in worker processes (``--jobs``, :mod:`kvhit.proofs.workers`).
+On a terminal: a progress bar, then one table row per theorem (name, status, what it
+rests on, range, seconds, and cvc5's agreement with ``--cross-check``); piped or
+redirected: one plain line per theorem as it finishes, and a heartbeat on a long
+step. Each refutation is followed by its counterexample, drawn with
+:func:`kvhit.draw.draw` and judged with :func:`kvhit.draw.judge`; then what did not
+run (without ``--deep``) and a closing count. Exit 0 only if every theorem got its
+expected status (and cvc5 never disagreed), 1 otherwise, 2 on bad usage, 130 when
+Ctrl-C stopped the run (the theorems finished before it are reported, no others).
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,12 +24,14 @@ import click
 from rich.console import Console
 from rich.progress import MofNCompleteColumn
 from rich.table import Table
+from rich.text import Text
 
 from kvhit.cli.display import progress_bar
 from kvhit.draw import draw, judge
 from kvhit.errors import BadInput
 from kvhit.proofs.registry import Status, Theorem, all_theorems
-from kvhit.proofs.runner import SOLVER_TIMEOUT, Result, run_theorem
+from kvhit.proofs.runner import SOLVER_TIMEOUT, Result
+from kvhit.proofs.workers import Settings, Started, Still, prove_all
 
 STATUS_STYLE = {Status.PROVED: "green", Status.REFUTED: "yellow"}
 """Colours of the statuses that can be expected; every other status is red."""
@@ -71,33 +78,74 @@ def writable(directory: Path) -> None:
         raise BadInput(f"--emit-smt2: cannot write in {directory}: {err.strerror}") from None
 
 
+def cores() -> int:
+    """The cores this process may use: ``--jobs``'s default."""
+    return len(os.sched_getaffinity(0))
+
+
+def chosen(theorems: list[Theorem], only: Sequence[str], deep: bool) -> list[Theorem]:
+    """What a run proves: the theorems named in ``only`` (deep or not), else the
+    default suite, and the deep cross-checks too when ``deep``."""
+    if only:
+        return select(theorems, only)
+    return [t for t in theorems if deep or not t.deep]
+
+
+def not_run_note(theorems: list[Theorem], ran: list[Theorem], cross_check: bool) -> str:
+    """What a default run leaves to ``--deep``: the deep theorems it skipped, and cvc5's
+    second opinion when it was off ("" when nothing was left out)."""
+    names = [t.name for t in theorems if t.deep and t not in ran]
+    parts = [f"the deep cross-checks {', '.join(names)}"] if names else []
+    if not cross_check:
+        parts.append("cvc5's second opinion on every goal")
+    if not parts:
+        return ""
+    return f"not run (kvhit prove --deep runs them): {'; '.join(parts)}"
+
+
+def line(r: Result, cross_check: bool) -> str:
+    """A theorem as one plain line: name, status (and the expected one when it
+    differs), range, seconds (and cvc5's agreement)."""
+    status = str(r.status) if r.status == r.expected else f"{r.status} (expected {r.expected})"
+    text = f"{r.name}: {status}; {r.range}; {r.seconds:.1f} s"
+    return text + (f"; cvc5 {r.cross_check or '-'}" if cross_check else "")
+
+
 def run_all(
-    theorems: list[Theorem],
-    bound: int | None = None,
-    quick: bool = False,
-    timeout: float = SOLVER_TIMEOUT,
-    cross_check: bool = False,
-    emit_dir: Path | None = None,
-) -> list[Result]:
-    """Run each theorem in turn, with a progress bar on stderr."""
+    theorems: list[Theorem], settings: Settings, jobs: int, lines: Console | None = None
+) -> tuple[list[Result], bool]:
+    """Prove the theorems in ``jobs`` worker processes, with a progress bar on stderr;
+    ``lines`` (output that is not a terminal) gets a line per theorem as it finishes
+    and a heartbeat on a long step. The results in registry order, and whether Ctrl-C
+    stopped the run (then only the theorems finished before it are returned)."""
+    done: dict[str, Result] = {}
+    running: list[str] = []
     progress = progress_bar(Console(stderr=True), MofNCompleteColumn(), transient=True)
-    results = []
-    with progress:
-        task = progress.add_task("proving", total=len(theorems))
-        for theorem in theorems:
-            progress.update(task, description=f"proving {theorem.name}")
-            results.append(
-                run_theorem(
-                    theorem,
-                    bound=bound,
-                    quick=quick,
-                    timeout=timeout,
-                    cross_check=cross_check,
-                    emit_dir=emit_dir,
-                )
-            )
-            progress.advance(task)
-    return results
+    interrupted = False
+    # A script's background job starts with SIGINT ignored; `timeout -s INT` and
+    # Ctrl-C must still stop a proof, so Python's own handler is put back meanwhile.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with progress:
+            task = progress.add_task("proving", total=len(theorems))
+            for event in prove_all(theorems, settings, jobs):
+                if isinstance(event, Started):
+                    running.append(event.name)
+                elif isinstance(event, Still):
+                    if lines is not None:
+                        lines.print(f"still proving {event.name} ({event.seconds:.0f} s)")
+                else:
+                    done[event.name] = event
+                    running.remove(event.name)
+                    progress.advance(task)
+                    if lines is not None:
+                        lines.print(line(event, settings.cross_check), markup=False)
+                progress.update(task, description=f"proving {', '.join(running)}")
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return [done[t.name] for t in theorems if t.name in done], interrupted
 
 
 def results_table(results: list[Result], cross_check: bool) -> Table:
@@ -138,9 +186,19 @@ def closing_count(results: list[Result]) -> str:
     return text
 
 
-def report(console: Console, results: list[Result], cross_check: bool) -> None:
-    """The table, each counterexample drawn and judged, what went wrong, the count."""
-    console.print(results_table(results, cross_check))
+def report(
+    console: Console,
+    results: list[Result],
+    cross_check: bool,
+    as_lines: bool = False,
+    note: str = "",
+    total: int = 0,
+) -> None:
+    """The table (unless ``as_lines``: each theorem's line was printed as it finished),
+    each counterexample drawn and judged, what went wrong, what did not run (``note``),
+    whether Ctrl-C stopped the run before all ``total`` theorems finished, the count."""
+    if not as_lines:
+        console.print(results_table(results, cross_check))
     for r in results:
         cx = r.counterexample
         if cx is not None:
@@ -150,7 +208,14 @@ def report(console: Console, results: list[Result], cross_check: bool) -> None:
             answers = ", ".join(f"{name} {value}" for name, value in cx.answers.items())
             console.print(f"answers: {answers}" + (f" ({cx.note})" if cx.note else ""))
         if not r.ok and r.detail:
-            console.print(f"[red]{r.name}[/red]: {r.detail.strip()}", markup=True)
+            console.print(Text.assemble((r.name, "red"), ": ", r.detail.strip()))
+    if note:
+        console.print(note, markup=False)
+    if total > len(results):
+        console.print(
+            f"interrupted: {len(results)} of {total} theorems finished; the others were not proved",
+            markup=False,
+        )
     console.print(closing_count(results))
 
 
@@ -172,7 +237,19 @@ def report(console: Console, results: list[Result], cross_check: bool) -> None:
     help="Write every query as an SMT-LIB2 file in DIR.",
 )
 @click.option("--cross-check", is_flag=True, help="Re-check every unsat query with cvc5.")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also the deep cross-checks (the unrolled contracts) and cvc5 on every query.",
+)
 @click.option("--quick", is_flag=True, help="The smaller quick bounds.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=cores,
+    show_default="the cores",
+    help="Worker processes proving theorems side by side.",
+)
 def prove(
     only: tuple[str, ...],
     bound: int | None,
@@ -180,31 +257,47 @@ def prove(
     as_json: bool,
     emit_dir: Path | None,
     cross_check: bool,
+    deep: bool,
     quick: bool,
+    jobs: int,
 ) -> None:
     """Prove the theorems of docs/design.md §3 and refute the known-wrong algorithms."""
     if emit_dir is not None:
         writable(emit_dir)
-    theorems = select(registered(), only)
-    results = run_all(theorems, bound, quick, timeout, cross_check, emit_dir)
-    ok = all(r.ok for r in results)
+    everything = registered()
+    theorems = chosen(everything, only, deep)
+    settings = Settings(bound, quick, timeout, cross_check or deep, emit_dir)
+    console = Console(highlight=False, soft_wrap=True)
+    as_lines = not as_json and not console.is_terminal
+    results, interrupted = run_all(theorems, settings, jobs, console if as_lines else None)
+    ok = all(r.ok for r in results) and not interrupted
     if as_json:
-        click.echo(json.dumps({"ok": ok, "theorems": [r.to_json() for r in results]}))
+        out = {"ok": ok, "interrupted": interrupted, "theorems": [r.to_json() for r in results]}
+        click.echo(json.dumps(out))
     else:
-        width = None if sys.stdout.isatty() else FILE_WIDTH
-        report(Console(highlight=False, soft_wrap=True, width=width), results, cross_check)
-    raise SystemExit(0 if ok else 1)
+        if not console.is_terminal:
+            console.width = FILE_WIDTH
+        note = "" if only else not_run_note(everything, theorems, settings.cross_check)
+        report(console, results, settings.cross_check, as_lines, note, len(theorems))
+    raise SystemExit(130 if interrupted else 0 if ok else 1)
 
 
 def verify_section(console: Console, quick: bool) -> bool:
-    """``kvhit verify``'s proof section: every theorem at its default (or quick) bound,
-    cross-checked by cvc5; True when all got their expected status."""
+    """``kvhit verify``'s proof section: the default suite at its default (or quick)
+    bounds, in worker processes on every core; True when every theorem got its
+    expected status. Ctrl-C reports what finished, then goes on up as KeyboardInterrupt."""
     console.rule("the proof suite")
     try:
-        theorems = registered()
+        everything = registered()
     except MissingModule as err:
         console.print(f"[red]{err.format_message()}[/red]")
         return False
-    results = run_all(theorems, quick=quick, cross_check=True)
-    report(console, results, cross_check=True)
+    theorems = chosen(everything, (), deep=False)
+    as_lines = not console.is_terminal
+    settings = Settings(quick=quick)
+    results, interrupted = run_all(theorems, settings, cores(), console if as_lines else None)
+    note = not_run_note(everything, theorems, cross_check=False)
+    report(console, results, False, as_lines, note, len(theorems))
+    if interrupted:
+        raise KeyboardInterrupt
     return all(r.ok for r in results)

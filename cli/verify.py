@@ -52,14 +52,27 @@ def examples_section(console: Console, quick: bool) -> bool:
 
 def run_sections(sections: list[tuple[str, str]], quick: bool) -> bool:
     """Run every ``(name, module:function)`` section in order, even after a failure,
-    then print the summary."""
+    then print the summary. Ctrl-C prints the summary of the sections that finished,
+    then goes on up (``kvhit`` exits 130)."""
     console = Console(highlight=False, soft_wrap=True)
     results = []
-    for name, spec in sections:
-        results.append((name, import_attr(spec)(console, quick)))
+    try:
+        for name, spec in sections:
+            results.append((name, import_attr(spec)(console, quick)))
+    except KeyboardInterrupt:
+        summary(console, results, len(sections))
+        raise
+    return summary(console, results, len(sections))
+
+
+def summary(console: Console, results: list[tuple[str, bool]], total: int) -> bool:
+    """Each section's verdict and the count; ``interrupted`` when Ctrl-C stopped the
+    run before all ``total`` sections ran. True when all ran and held."""
     console.rule("summary")
     for name, held in results:
         console.print(f"{name:12} {'[green]ok[/green]' if held else '[red]FAILED[/red]'}")
     passed = sum(held for _, held in results)
     console.print(f"{passed} of {len(results)} sections ok")
-    return passed == len(results)
+    if len(results) < total:
+        console.print(f"interrupted: {total - len(results)} of {total} sections did not finish")
+    return passed == total

@@ -43,8 +43,9 @@ Writing a theorem module (``proofs/theorems/impl_formula.py`` is one)::
 then add the module's name to :data:`THEOREM_MODULES` (one line). ``bound`` is the
 theorem's default; ``kvhit prove --bound N`` passes N to every bounded theorem, and
 ``quick_bound`` (when set) is used by ``kvhit verify --quick``. Unbounded theorems get
-``None``. Keep each theorem's queries fast: the whole default suite, cvc5 cross-check
-included, must finish in a few minutes on two cores.
+``None``. Keep each theorem's queries fast: the whole default suite must finish in
+about two minutes on two cores. A theorem that only re-proves, in another encoding,
+what an unbounded one proves is ``deep=True``: it runs under ``kvhit prove --deep``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 import z3
@@ -143,12 +145,13 @@ class Goal:
     cvc5_options: Mapping[str, str] = field(default_factory=dict)
     prepare: Callable[[list[Any]], list[Any]] | None = None
 
-    @property
+    @cached_property
     def assertions(self) -> list[Any]:
-        """What the solver gets: the assumptions and the negated claim (prepared)."""
+        """What the solver gets: the assumptions and the negated claim (prepared once:
+        grounding and linearizing a large goal takes seconds)."""
         return self._prepared([*self.assumptions, self.negation])
 
-    @property
+    @cached_property
     def context(self) -> list[Any]:
         """The assumptions alone, prepared the same way: the vacuity check's query,
         i.e. what the solver is given without the negated claim. (With quantified
@@ -176,12 +179,20 @@ class Theorem:
     """What the goals are about: the model's own code (which part), or an abstraction."""
     scope: str = ""
     """The range beyond the bound: which groups, block sizes, alignments, lengths."""
+    deep: bool = False
+    """A cross-check that re-proves, in another encoding, what an unbounded theorem
+    of the default suite proves: it runs only under ``kvhit prove --deep`` (or when
+    named with ``--only``)."""
 
     def __post_init__(self) -> None:
         if self.expected not in (Status.PROVED, Status.REFUTED):
             raise ValueError(f"{self.name}: expected must be 'proved' or 'refuted'")
         if self.bounded and self.bound is None:
             raise ValueError(f"{self.name}: a bounded theorem needs a default bound")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A theorem goes to a worker process by name (its ``build`` may be a closure)."""
+        return get, (self.name,)
 
     def range_at(self, bound: int | None) -> str:
         """Over what the goals range at ``bound``: unbounded or N, then the scope."""

@@ -1,19 +1,18 @@
-"""Running theorems: z3 on every goal, cvc5 on every unsat one, counterexamples checked.
+"""Running theorems: z3 on every goal, cvc5 on every unsat one (when asked),
+counterexamples checked.
 
 :func:`run_theorem` gives a :class:`Result` per theorem (see
-:mod:`kvhit.proofs.registry` for what proved / refuted / unknown / error mean).
-cvc5 runs in a second process (:func:`cvc5_pool`), so it re-checks one goal while z3
-works on the next: the two solvers use both cores.
+:mod:`kvhit.proofs.registry` for what proved / refuted / unknown / error mean), in
+this process, goal after goal. ``kvhit prove`` runs it in worker processes, one
+theorem per worker at a time (:mod:`kvhit.proofs.workers`).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 import traceback
 from collections import Counter
 from collections.abc import Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,32 +169,23 @@ def cvc5_check(text: str, timeout: float, options: Mapping[str, str] | None = No
 
 
 SOLVER_TIMEOUT = 180.0
-"""Seconds per solver query. The largest default goal (the unrolled sliding-window
-eagle scan at 64 blocks) takes cvc5 about 45 s on a quiet 2-core machine; this
-leaves room for a busy one."""
-
-_POOL: ProcessPoolExecutor | None = None
+"""Seconds per solver query. The largest goal (the unrolled sliding-window eagle scan
+at 64 blocks, under ``--deep``) takes cvc5 about 45 s on a quiet 2-core machine;
+this leaves room for a busy one."""
 
 
-def cvc5_pool() -> Executor:
-    """The one worker process cvc5 re-checks run in, started on first use (a fresh
-    process, not a fork, since z3 may hold threads)."""
-    global _POOL
-    if _POOL is None:
-        _POOL = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    return _POOL
-
-
-def _cvc5_answer(future: Future) -> str:
-    """A re-check's answer; "error" if cvc5 crashed its process (then a new one starts)."""
-    global _POOL
-    try:
-        return future.result()
-    except Exception:
-        if _POOL is not None:
-            _POOL.shutdown(wait=False, cancel_futures=True)
-        _POOL = None
-        return "error"
+def blank_result(theorem: Theorem, bound: int | None, status: Status = Status.PROVED) -> Result:
+    """A theorem's result before any goal is settled (``status`` until one says otherwise)."""
+    return Result(
+        theorem.name,
+        theorem.statement,
+        status,
+        theorem.expected,
+        bound,
+        0.0,
+        rests_on=theorem.rests_on,
+        range=theorem.range_at(bound),
+    )
 
 
 def run_theorem(
@@ -209,16 +199,7 @@ def run_theorem(
     """Build the theorem's goals at its bound and settle them."""
     at = theorem.bound_for(bound, quick)
     start = time.perf_counter()
-    result = Result(
-        theorem.name,
-        theorem.statement,
-        Status.PROVED,
-        theorem.expected,
-        at,
-        0.0,
-        rests_on=theorem.rests_on,
-        range=theorem.range_at(at),
-    )
+    result = blank_result(theorem, at)
     try:
         goals = theorem.build(at)
         _settle(theorem, goals, result, timeout, cross_check, emit_dir)
@@ -239,8 +220,6 @@ def _settle(
 ) -> None:
     if emit_dir is not None:
         Path(emit_dir).mkdir(parents=True, exist_ok=True)
-    pool = cvc5_pool() if cross_check else None
-    rechecks: list[tuple[GoalResult, Future]] = []
     for number, goal in enumerate(goals):
         text = smt2(goal) if (cross_check or emit_dir is not None) else ""
         if emit_dir is not None:
@@ -250,9 +229,8 @@ def _settle(
         record = GoalResult(goal.name, status, time.perf_counter() - begun)
         result.goals.append(record)
         if status == "unsat":
-            if pool is not None:
-                job = pool.submit(cvc5_check, text, timeout, dict(goal.cvc5_options))
-                rechecks.append((record, job))
+            if cross_check:
+                record.cvc5 = cvc5_check(text, timeout, dict(goal.cvc5_options))
             if not _not_vacuous(goal, record, result, timeout):
                 break
             continue
@@ -263,8 +241,6 @@ def _settle(
         record.context = context_of(model)
         _refute(goal, model, result)
         break
-    for record, job in rechecks:
-        record.cvc5 = _cvc5_answer(job)
     if cross_check:
         _cross_check_summary(result)
 

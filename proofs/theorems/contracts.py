@@ -606,6 +606,7 @@ THEOREMS = [
             bound=bound,
             quick_bound=12,
             build=partial(unrolled_all, b, a),
+            deep=True,
             rests_on="model code: each finder's whole scan, unrolled, both window conventions",
             scope=f"rows of N blocks; window (inclusive and exclusive); b/A {b}/{a}",
         )
