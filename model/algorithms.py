@@ -100,6 +100,22 @@ class Loop:
         """The hit length: L."""
         return state[0]
 
+    def turn(self, state: LoopState) -> tuple[LoopState, Any]:
+        """One turn of the driver: a pass, and whether the driver stops after it (the
+        pass left L unchanged, so the loop has settled)."""
+        after = self.step(state)
+        return after, after[1]
+
+    def run(self, top: Any, passes: Any) -> Any:
+        """The driver: turns from the longest candidate until one says stop, at most
+        ``passes``; L at the end."""
+        state = self.start(top)
+        for _ in self.ops.passes(passes):
+            state, stop = self.turn(state)
+            if self.ops.settled(stop, True):
+                break
+        return self.finish(state)
+
 
 def fixed_point_of(finders: Sequence[Finder], top: Any, passes: Any, ops: Ops = PY) -> Any:
     """Lower L through every finder in turn until a whole pass leaves it unchanged.
@@ -107,14 +123,7 @@ def fixed_point_of(finders: Sequence[Finder], top: Any, passes: Any, ops: Ops = 
     ``passes`` bounds the number of passes; a settled state stays settled, so
     running extra passes is harmless and stopping once settled changes nothing.
     """
-    loop = Loop(lambda g, m: finders[g](m), len(finders), ops)
-    state = loop.start(top)
-    for _ in ops.passes(passes):
-        before = state[0]
-        state = loop.step(state)
-        if ops.settled(before, state[0]):
-            break
-    return loop.finish(state)
+    return Loop(lambda g, m: finders[g](m), len(finders), ops).run(top, passes)
 
 
 def fixed_point(q: Query, ops: Ops = PY) -> Any:

@@ -42,6 +42,11 @@ def settle_never(self: Loop, state: Any, after: Any) -> Any:
     return self.ops.ite(state[1], state[0], after), state[1]
 
 
+def turn_stopping_after_one_pass(self: Loop, state: Any) -> Any:
+    """The driver stops after its first pass, whatever the pass did."""
+    return self.step(state), True
+
+
 def visit_skipping_group_0(self: Loop, length: Any, g: Any) -> Any:
     """A pass that leaves out group 0."""
     return self.ops.ite(g == 0, length, self.finder(g, length))
@@ -151,6 +156,7 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
         lambda mp: mp.setattr(Loop, "visit", visit_skipping_group_0),
     ),
     "termination": (None, lambda mp: mp.setattr(Loop, "settle", settle_never)),
+    "fixed_point_driver": (None, lambda mp: mp.setattr(Loop, "turn", turn_stopping_after_one_pass)),
     "many_passes": (4, lambda mp: mp.setattr(Loop, "visit", visit_one_lower)),
     "finder_contracts": (
         None,
@@ -233,6 +239,17 @@ REPAIRS: dict[str, tuple[int, Patch]] = {
 """Known-wrong algorithms: (bound, the repair)."""
 
 
+DEFAULT_CATCHES: dict[str, tuple[str, Patch]] = {
+    "finder_contracts_bounded": (
+        "finder_contracts",
+        lambda mp: mp.setattr(contracts, "CONFIGS", ((2, 4),)),
+    ),
+    "finder_contracts_bounded_unit_blocks": ("full_evaluate_once", lambda mp: None),
+}
+"""A deep theorem (run only under --deep): the theorem of the default suite that
+refutes its break too, and how to keep that run small (fewer of the same goals)."""
+
+
 @pytest.fixture(autouse=True)
 def fresh_lookup_plans() -> Iterator[None]:
     """A break of the impl must not outlive its test in the coordinator's plan cache."""
@@ -261,6 +278,34 @@ def test_a_break_refutes_the_theorem(
     assert result.status == Status.REFUTED, result.detail
     if result.counterexample is not None:
         assert result.counterexample.broken
+
+
+@pytest.mark.parametrize("deep", sorted(DEFAULT_CATCHES))
+def test_the_default_suite_refutes_each_deep_theorems_break(
+    deep: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moving a cross-check to --deep loses nothing: its break is refuted by a
+    theorem of the default suite; and every deep theorem is listed here."""
+    assert {t.name for t in all_theorems() if t.deep} == set(DEFAULT_CATCHES)
+    catcher, smaller = DEFAULT_CATCHES[deep]
+    assert get(deep).deep and not get(catcher).deep
+    smaller(monkeypatch)
+    BREAKS[deep][1](monkeypatch)
+    result = run_theorem(get(catcher), bound=4, timeout=30)
+    assert result.status == Status.REFUTED, result.detail
+
+
+def test_only_the_driver_theorem_refutes_a_driver_stopping_after_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The unbounded loop theorems are about the loop's step, not the driver that
+    runs it: the driver's own theorem (default suite, unbounded) is what refutes a
+    driver that stops after its first pass."""
+    monkeypatch.setattr(Loop, "turn", turn_stopping_after_one_pass)
+    assert not get("fixed_point_driver").deep and not get("fixed_point_driver").bounded
+    assert run_theorem(get("fixed_point_driver")).status == Status.REFUTED
+    for name in ("fixed_point_maximal", "termination"):
+        assert run_theorem(get(name)).status == Status.PROVED
 
 
 @pytest.mark.parametrize("name", sorted(REPAIRS))

@@ -16,7 +16,10 @@ of A). Each step of the code runs once on symbolic values against a loop invaria
   start, one pass keeps it, and after ``max_passes`` = floor(M/A)+1 passes it gives
   settled at L = L*.
 
-Theorem 1 (``fixed_point_maximal``) is those six goals. Theorem 2 (``termination``)
+Theorem 1 (``fixed_point_maximal``) is those six goals. ``fixed_point_driver`` proves
+the driver that runs the loop (``Loop.run``, all of ``fixed_point_of``): one ``turn``
+of its own code (a pass, settle, the stop test) keeps the loop invariant, and a turn
+that stops it has settled at L*, so it returns L* whether it stops early or not. Theorem 2 (``termination``)
 is the same six (it rests on the pass contract and the loop invariant, so it proves
 them itself) plus two: a pass that does not settle lowers L by at least one unit,
 and a settled state stays settled (so the early stop of ``fixed_point_of`` changes
@@ -177,6 +180,40 @@ def loop_goals() -> dict[str, Goal]:
             [*s.facts, done],
             z3.Not(z3.And(settled[0] == length, settled[1])),
         ),
+        **driver_goals(s, p, state, after),
+    }
+
+
+@dataclass(frozen=True)
+class PassOf(Loop):
+    """The model's Loop with its pass standing for any pass that meets the pass
+    contract (a fresh ``after``, which the pass goals prove of ``run_pass``): the
+    driver's goals run the model's own ``turn`` (step, settle, the stop test) on it."""
+
+    after: Any = None
+
+    def run_pass(self, length: Any) -> Any:
+        return self.after
+
+
+def driver_goals(s: LoopSetting, p: Any, state: Any, after: Any) -> dict[str, Goal]:
+    """The driver (``Loop.run``, what ``fixed_point_of`` runs): from any state inside
+    the loop invariant, one ``turn`` keeps it, and a turn that says stop has settled
+    at L*. With "loop start" and "loop end", the driver returns L* whether it stops
+    early or runs all its floor(M/A)+1 turns, for any G and M."""
+    turned, stop = PassOf(s.loop.finder, s.groups, s.loop.ops, after).turn(state)
+    inside = [*s.facts, s.loop_invariant(p, state), p < s.passes, s.pass_contract(state[0], after)]
+    return {
+        "turn": Goal(
+            "one turn of the driver keeps the loop invariant",
+            inside,
+            z3.Not(s.loop_invariant(p + 1, turned)),
+        ),
+        "stop": Goal(
+            "a turn that stops the driver has settled at L*",
+            inside,
+            z3.Not(z3.Implies(stop, z3.And(turned[1], s.loop.finish(turned) == s.best))),
+        ),
     }
 
 
@@ -184,6 +221,8 @@ MAXIMAL = ("pass start", "pass step", "pass end", "loop start", "loop step", "lo
 TERMINATION = (*MAXIMAL[:5], "lowers", "loop end", "stays")
 """Termination rests on the same pass contract and loop invariant, so it proves them
 too: no goal of one theorem is assumed by the other."""
+DRIVER = (*MAXIMAL[:4], "turn", "stop", "loop end")
+"""The driver's own goals, and the pass contract and loop invariant they rest on."""
 
 
 def invariant_goals(names: tuple[str, ...]) -> Callable[[int | None], list[Goal]]:
@@ -319,6 +358,20 @@ THEOREMS = [
         build=model_code_goals,
         rests_on="model code: fixed_point_of (finders abstract)",
         scope="G = 1-3, top <= N units of A",
+    ),
+    Theorem(
+        name="fixed_point_driver",
+        statement=(
+            "The model's driver (Loop.run, what fixed_point_of runs) returns L* for any "
+            "number of groups in any order and any M, whether it stops early or runs all "
+            "floor(M/A)+1 turns: from any state in the loop invariant one turn of its own "
+            "code keeps it, and a turn that stops it has settled at L*."
+        ),
+        expected=Status.PROVED,
+        bounded=False,
+        build=invariant_goals(DRIVER),
+        rests_on="model code: Loop.run, turn (finders abstract)",
+        scope="any G, order, M",
     ),
     Theorem(
         name="termination",
