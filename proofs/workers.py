@@ -133,8 +133,8 @@ def prove_all(
                 if worker.conn in ready:
                     result: Result = worker.conn.recv()
                 elif worker.process.sentinel in ready:
-                    result = _died(worker, settings)
                     worker.end()
+                    result = _died(worker, settings)
                     workers[workers.index(worker)] = worker = _Worker.start()
                 else:
                     continue

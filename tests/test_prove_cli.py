@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from kvhit.cli.main import main
 from kvhit.proofs import registry, runner
 from kvhit.proofs.registry import Goal, Status, Theorem
 from kvhit.proofs.theorems import eagle
+from kvhit.proofs.workers import Event, Settings, Started
 
 MODULES = ["kvhit.proofs.theorems.min_groups", "kvhit.proofs.theorems.eagle"]
 ALL_REGISTERED = command.registered
@@ -43,11 +43,20 @@ def prove(*args: str) -> Result:
     return CliRunner().invoke(main, ["prove", *args])
 
 
+def in_process(theorems: list[Theorem], settings: Settings, jobs: int) -> Iterator[Event]:
+    """:func:`~kvhit.proofs.workers.prove_all` in this process, so a test's patches
+    (a theorem not in the registry, a fake cvc5) reach the runner."""
+    for theorem in theorems:
+        yield Started(theorem.name)
+        yield settings.run(theorem)
+
+
 def test_json_is_one_object_in_the_schema() -> None:
     run = prove("--only", "eagle_spiral,single_pass_two_windows", "--bound", "3", "--json")
     assert run.exit_code == 0, run.output
     out = json.loads(run.stdout)
-    assert set(out) == {"ok", "theorems"} and out["ok"] is True
+    assert set(out) == {"ok", "interrupted", "theorems"} and out["ok"] is True
+    assert out["interrupted"] is False
     assert [t["name"] for t in out["theorems"]] == ["eagle_spiral", "single_pass_two_windows"]
     for t in out["theorems"]:
         assert set(t) == FIELDS | {"counterexample"}
@@ -80,6 +89,7 @@ def test_a_broken_claim_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
         bound=3,
     )
     monkeypatch.setattr(command, "registered", lambda: [claim])
+    monkeypatch.setattr(command, "prove_all", in_process)
     run = prove("--json")
     assert run.exit_code == 1
     out = json.loads(run.stdout)
@@ -137,7 +147,7 @@ def test_a_goal_cvc5_does_not_prove_fails_the_theorem(
     monkeypatch: pytest.MonkeyPatch, answer: str
 ) -> None:
     monkeypatch.setattr(runner, "cvc5_check", lambda text, timeout, options: answer)
-    monkeypatch.setattr(runner, "cvc5_pool", lambda: ThreadPoolExecutor(1))  # sees the patch
+    monkeypatch.setattr(command, "prove_all", in_process)
     run = prove("--only", "eagle_single_drop", "--bound", "2", "--cross-check", "--json")
     assert run.exit_code == 1, run.output
     out = json.loads(run.stdout)
@@ -145,14 +155,6 @@ def test_a_goal_cvc5_does_not_prove_fails_the_theorem(
     goals = len(eagle.single_drop_goals(2))
     assert out["ok"] is False and t["status"] == "proved"
     assert t["cross_check"] == f"0 of {goals} agree, {goals} {answer}"
-
-
-def test_a_cvc5_process_that_dies_counts_as_an_error() -> None:
-    broken = runner.cvc5_pool()
-    died: Future = Future()
-    died.set_exception(BrokenProcessPool("cvc5 crashed"))
-    assert runner._cvc5_answer(died) == "error"
-    assert runner.cvc5_pool() is not broken  # a new worker for the next re-check
 
 
 class UnknownSolver:
