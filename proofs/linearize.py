@@ -48,10 +48,11 @@ def floor_bounds(x: Any, dq: Any, d: Any) -> Any:
 def scaling(x: Any, y: Any, mx: Any, my: Any, d: Any) -> Any:
     """``mx = x·d`` and ``my = y·d`` (d ≥ 1), compared linearly: a difference of at
     least (at most) g in the arguments is one of at least (at most) g·d."""
+    apart, scaled = y - x, my - mx  # built once: a goal has thousands of these
     return z3.And(
-        z3.Implies(y >= x, my - mx >= y - x),
-        *[z3.Implies(y - x >= g, my - mx >= g * d) for g in GAPS],
-        *[z3.Implies(y - x <= g, my - mx <= g * d) for g in GAPS],
+        z3.Implies(y >= x, scaled >= apart),
+        *[z3.Implies(apart >= g, scaled >= g * d) for g in GAPS],
+        *[z3.Implies(apart <= g, scaled <= g * d) for g in GAPS],
     )
 
 
