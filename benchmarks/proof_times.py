@@ -8,6 +8,7 @@ the deep ones, which the default suite no longer runs, are timed on their own).
 Prints wall seconds, CPU seconds (the process and its workers) and the load average.
 
     python benchmarks/proof_times.py --before /path/to/main/venv/bin/python [--after PY]
+        [--default-only] [--no-suites]
 """
 
 from __future__ import annotations
@@ -48,11 +49,16 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="python of the installation before")
     parser.add_argument("--after", default=sys.executable, help="python of the one after")
     parser.add_argument("--no-suites", action="store_true", help="per theorem only")
+    parser.add_argument(
+        "--default-only", action="store_true", help="skip the deep theorems (minutes each)"
+    )
     options = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     print(f"{'theorem':40} {'before wall':>11} {'cpu':>7} {'after wall':>11} {'cpu':>7}  status")
     totals = [0.0, 0.0, 0.0, 0.0]
     for theorem in all_theorems():
+        if theorem.deep and options.default_only:
+            continue
         only = ["--only", theorem.name]
         b_wall, b_cpu, b_status = timed(options.before, only)
         a_wall, a_cpu, a_status = timed(options.after, [*only, "--jobs", "1"])
