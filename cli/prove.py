@@ -18,6 +18,7 @@ import json
 import os
 import signal
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 
 import click
@@ -126,9 +127,9 @@ def run_all(
     # Ctrl-C must still stop a proof, so Python's own handler is put back meanwhile.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with progress:
+        with progress, closing(prove_all(theorems, settings, jobs)) as events:
             task = progress.add_task("proving", total=len(theorems))
-            for event in prove_all(theorems, settings, jobs):
+            for event in events:
                 if isinstance(event, Started):
                     running.append(event.name)
                 elif isinstance(event, Still):
