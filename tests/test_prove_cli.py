@@ -185,3 +185,21 @@ def test_a_timeout_is_final_but_other_unknowns_get_more_seeds(
     expected = "timeout" if reason == "timeout" else "unknown"
     assert runner.z3_check(Goal("g", [], z3.BoolVal(True)), timeout=1)[0] == expected
     assert len(made) == checks
+
+
+def test_the_default_suite_leaves_the_deep_theorems_to_deep() -> None:
+    everything = registry.all_theorems()
+    deep = [t.name for t in everything if t.deep]
+    assert deep == ["finder_contracts_bounded", "finder_contracts_bounded_unit_blocks"]
+    default = command.chosen(everything, (), deep=False)
+    assert not {t.name for t in default} & set(deep)
+    assert command.chosen(everything, (), deep=True) == everything
+    named = command.chosen(everything, ("finder_contracts_bounded",), deep=False)
+    assert [t.name for t in named] == ["finder_contracts_bounded"]
+    note = command.not_run_note(everything, default, cross_check=False)
+    assert note == (
+        "not run (kvhit prove --deep runs them): the deep cross-checks "
+        "finder_contracts_bounded, finder_contracts_bounded_unit_blocks; "
+        "cvc5's second opinion on every goal"
+    )
+    assert command.not_run_note(everything, everything, cross_check=True) == ""
