@@ -130,14 +130,14 @@ def prove_all(
             pause = max(0.0, quiet_since + heartbeat - time.monotonic())
             ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy], pause))
             for worker in busy:
-                if worker.conn in ready:
+                if worker.conn not in ready and worker.process.sentinel not in ready:
+                    continue
+                try:
                     result: Result = worker.conn.recv()
-                elif worker.process.sentinel in ready:
+                except (EOFError, OSError):  # it died before sending a result
                     worker.end()
                     result = _died(worker, settings)
                     workers[workers.index(worker)] = worker = _Worker.start()
-                else:
-                    continue
                 worker.theorem, quiet_since = None, time.monotonic()
                 yield result
                 if todo:
