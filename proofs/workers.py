@@ -14,7 +14,7 @@ import multiprocessing
 import signal
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -116,7 +116,7 @@ def _died(worker: _Worker, settings: Settings) -> Result:
 
 def prove_all(
     theorems: list[Theorem], settings: Settings, jobs: int, heartbeat: float = HEARTBEAT
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """Prove every theorem in ``jobs`` worker processes, taking them in order; yield
     each start, each result as it comes, and a :class:`Still` for the longest-running
     theorem after ``heartbeat`` seconds without a result."""
