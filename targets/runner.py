@@ -176,16 +176,23 @@ def size_of(message: dict[str, Any]) -> str:
 
     >>> size_of({"groups": [{}, {}], "cached": [[True] * 3, [False] * 3], "max_length": 3000})
     'a query of 2 groups, 6 blocks in all, M=3,000'
-    >>> size_of({"op": "admit", "request": 0, "tokens": [1, 2, 3]})
-    'an admit of 3 tokens'
+    >>> size_of({"op": "admit", "request": 0, "tokens": [1]})
+    'an admit of 1 token'
     """
     if "cached" in message:
         blocks = sum(len(row) for row in message["cached"])
-        groups, top = len(message["groups"]), message["max_length"]
-        return f"a query of {groups} groups, {blocks:,} blocks in all, M={top:,}"
+        groups = counted(len(message["groups"]), "group")
+        return (
+            f"a query of {groups}, {counted(blocks, 'block')} in all, M={message['max_length']:,}"
+        )
     if "tokens" in message:
-        return f"an admit of {len(message['tokens']):,} tokens"
-    return f"a message of {len(json.dumps(message, default=repr)):,} characters"
+        return f"an admit of {counted(len(message['tokens']), 'token')}"
+    return f"a message of {counted(len(json.dumps(message, default=repr)), 'character')}"
+
+
+def counted(n: int, thing: str) -> str:
+    """``n`` things, ``1 thing``."""
+    return f"{n:,} {thing}{'' if n == 1 else 's'}"
 
 
 def crash_detail(err: Exception, message: dict[str, Any]) -> str:
