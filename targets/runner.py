@@ -453,7 +453,7 @@ class IsolatedRunner(CommandRunner):
         return proc
 
     def start_allowance(self) -> float:
-        """None: the worker said it was ready before the query went out."""
+        """Nothing: the worker said it was ready before the query went out."""
         return 0.0
 
     def reply_for(self, value: Any) -> Reply:
