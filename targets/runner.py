@@ -137,6 +137,11 @@ class TargetOutput(io.TextIOBase):
         if threading.current_thread() is not self.owner:
             self.passed.flush()
 
+    def isatty(self) -> bool:
+        """Whether the stdout it stands in for is a terminal (the progress display
+        asks)."""
+        return self.passed.isatty()
+
 
 TARGET_OUTPUT = TargetOutput()
 

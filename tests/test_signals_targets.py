@@ -240,6 +240,23 @@ def test_output_is_kept_only_from_the_thread_running_the_target(
     assert out.kept == "from the target\n" and real.getvalue() == "from the display\n"
 
 
+class Terminal(io.StringIO):
+    """A stdout that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_display_still_sees_its_terminal_while_a_target_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The progress display draws only on a terminal, and asks stdout while the target
+    runs: the stand-in answers for the terminal."""
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    with captured():
+        assert sys.stdout.isatty()
+
+
 # Item 9: errors that say what raised them and where.
 
 
