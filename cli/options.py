@@ -15,7 +15,7 @@ from kvhit.errors import BadInput, TargetError
 from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.targets.registry import default_shape
-from kvhit.targets.runner import CALL_TIMEOUT
+from kvhit.targets.runner import CALL_TIMEOUT, LOAD_TIMEOUT
 from kvhit.targets.spec import TargetSpec
 
 REPLAY_OUT = "kvhit-disagreements"
@@ -54,9 +54,9 @@ def vllm_eagle_option() -> Decorator:
 
 
 def target_options(func: Command) -> Command:
-    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate`` and ``--vllm-eagle``,
-    given to ``func`` as one ``spec`` (:class:`TargetSpec`); BadInput if they do not name
-    one target."""
+    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate``, ``--vllm-eagle`` and
+    ``--load-timeout``, given to ``func`` as one ``spec`` (:class:`TargetSpec`); BadInput
+    if they do not name one target."""
 
     @functools.wraps(func)
     def wrapper(
@@ -65,10 +65,12 @@ def target_options(func: Command) -> Command:
         timeout: float,
         isolate: bool,
         vllm_eagle: str,
+        load_timeout: float,
         **kwargs: Any,
     ) -> Any:
         try:
-            spec = TargetSpec(target, target_cmd, timeout, isolate, EaglePath(vllm_eagle))
+            eagle = EaglePath(vllm_eagle)
+            spec = TargetSpec(target, target_cmd, timeout, isolate, eagle, load_timeout)
         except TargetError as err:
             raise BadInput(str(err)) from None
         return func(spec=spec, **kwargs)
@@ -84,6 +86,14 @@ def target_options(func: Command) -> Command:
             "interpreter (native code, os._exit) is a crash, not the end of the run.",
         ),
         vllm_eagle_option(),
+        click.option(
+            "--load-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=LOAD_TIMEOUT,
+            show_default=True,
+            help="Seconds for loading the target (importing it, starting its worker or "
+            "program), apart from every call's --timeout.",
+        ),
     ]
     return decorated(wrapper, options)
 
