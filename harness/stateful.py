@@ -82,13 +82,23 @@ class ProgramRun:
         self.ledger = Ledger(self.program.hash_unit)
 
     def start(self) -> Outcome:
-        """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...)."""
+        """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...), which
+        is then the run's one step."""
         reply = self.runner({"op": "create", **self.program.config()})
-        return Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "create")
+        if reply.status == "answer":
+            return Outcome(ReplyClass.OK)
+        outcome = failed(reply, "create")
+        self.steps.append(Step(None, outcome))
+        return outcome
 
     def run(self, op: Op) -> Step:
-        """Run one operation and judge it."""
+        """Run one operation and judge it; then check that no running request lost a
+        block it still reads."""
         step = self.admit(op) if isinstance(op, Admit) else self.finish(op)
+        overwritten = "" if step.outcome.disagrees else self.ledger.overwritten()
+        if overwritten:
+            unsafe = Outcome(ReplyClass.UNSAFE, step.outcome.length, overwritten)
+            step = replace(step, outcome=unsafe)
         self.steps.append(step)
         return step
 
@@ -97,6 +107,7 @@ class ProgramRun:
         if op.request not in self.running:
             return Step(op, Outcome(ReplyClass.OK))
         self.running.discard(op.request)
+        self.ledger.release(op.request)
         reply = self.runner(op.to_json())
         return Step(
             op, Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "finish")
@@ -137,6 +148,7 @@ class ProgramRun:
         self.running.add(op.request)
         outcome = self.judge(q, op, admitted)
         self.ledger.record(q.groups, op.tokens, admitted, op.request, len(self.steps) + 1)
+        self.ledger.hold(q.groups, op.tokens, admitted, op.request)
         return Step(op, outcome, q, answer)
 
     @staticmethod
@@ -159,9 +171,8 @@ def run_program(runner: Runner, program: Program) -> list[Step]:
     """Run every operation of ``program`` on a fresh engine, stopping after the first
     disagreement (a failed creation is one step of no op)."""
     run = ProgramRun(runner, program)
-    started = run.start()
-    if started.cls != "ok":
-        return [Step(None, started)]
+    if run.start().cls != "ok":
+        return run.steps
     for op in program.ops:
         if run.run(op).outcome.disagrees:
             break
@@ -217,7 +228,7 @@ class ProgramDisagreement:
             "class": self.cls,
             "reason": self.reason,
             "program": self.program.to_json(),
-            "failing_op": len(self.steps),
+            "failing_op": len(self.program.ops),  # 0: the engine's creation
             "snapshot": q.to_json() if q is not None else None,
             "target_answer": self.last.answer,
             "reference": longest_hit(q).to_json() if q is not None else None,
