@@ -20,12 +20,9 @@ from kvhit.model.spec import reused_range
 def forgetful_pool(config: dict[str, Any]) -> StatefulImpl:
     """The pool forgets to drop a block's hash when it reallocates the block: the
     old hash still finds the block after a new request has overwritten it."""
-    return forget_evicted_hashes(StatefulImpl(config))
-
-
-def forget_evicted_hashes(engine: StatefulImpl) -> StatefulImpl:
-    """The engine with :func:`forgetful_pool`'s bug."""
-    engine.engine.coord.pool.uncache = lambda block: None  # type: ignore[method-assign]
+    engine = StatefulImpl(config)
+    pool = engine.engine.coord.pool
+    pool.uncache = lambda block: None  # type: ignore[method-assign]
     return engine
 
 
@@ -47,7 +44,10 @@ CONTEXT_BLOCKS = 16
 def short_context_keys(config: dict[str, Any]) -> StatefulImpl:
     """A block's key covers only the last 16 blocks of context (the block's own tokens
     and the 15 blocks before), not the whole prefix: prompts that differ only earlier
-    find each other's blocks, and so does a prompt that repeats itself."""
+    find each other's blocks, and so does a prompt that repeats itself. (Blocks only:
+    with a hash unit, keys are per unit.)"""
+    if config.get("hash_unit"):
+        raise Unsupported("whole blocks only")
     engine = StatefulImpl(config)
     for hasher in engine.engine.coord.hashers.values():
         hasher.hashes = functools.partial(keys_of_last_blocks, hasher.block_size, hasher.hashes)  # type: ignore[method-assign]
@@ -113,6 +113,29 @@ def first_full_truncated(config: dict[str, Any]) -> StatefulImpl:
     return engine
 
 
-def truncated_and_forgetful(config: dict[str, Any]) -> StatefulImpl:
-    """Two bugs in one engine: :func:`first_full_truncated`'s and :func:`forgetful_pool`'s."""
-    return forget_evicted_hashes(first_full_truncated(config))
+def forgetful_and_falls_over(config: dict[str, Any]) -> StatefulImpl:
+    """:func:`forgetful_pool`'s bug, and every finish raises once it has freed the
+    request's blocks: a program that ends in a stale block has usually crashed before."""
+    engine = forgetful_pool(config)
+    finish = engine.finish
+
+    def finish_then_raise(request: int) -> None:
+        finish(request)
+        raise RuntimeError("fell over after finishing")
+
+    engine.finish = finish_then_raise  # type: ignore[method-assign]
+    return engine
+
+
+def fails_to_start(config: dict[str, Any]) -> StatefulImpl:
+    """An engine that cannot be created at all."""
+    raise RuntimeError("no engine today")
+
+
+class Interrupted(StatefulImpl):
+    """An engine whose second admit is cut short by Ctrl-C."""
+
+    def admit(self, request: int, tokens: Any) -> dict[str, Any]:
+        if self.requests:
+            raise KeyboardInterrupt
+        return super().admit(request, tokens)
