@@ -148,9 +148,7 @@ def test_programs_hold_long_prompts_that_differ_early() -> None:
     run_programs(recorder, "impl", ProgramPlan(max_tokens=64, steps=8), programs=30)
     prompts = [m["tokens"] for m in map(json.loads, recorder.messages) if m["op"] == "admit"]
     assert max(map(len, prompts)) <= 64 and sum(len(p) >= 32 for p in prompts) > 10
-    early = {
-        one_token_apart(a, b) for a in prompts for b in prompts if len(a) >= 32 and a is not b
-    }
+    early = {one_token_apart(a, b) for a in prompts for b in prompts if len(a) >= 32 and a is not b}
     assert early & set(range(8))
 
 
