@@ -17,8 +17,14 @@ in the table (or copied into it), and each block of the table below L (and the o
 the hit ends inside, when the group reads it) holds exactly this request's prefix
 through what is read; a Mamba block holds the state at exactly L. A group with a lookahead
 drafter of La tokens finds a block by a key that also covers the next La tokens, so
-the block must hold this request's next La tokens too. Anything else is a *stale
-block*: the engine serves KV computed for other tokens.
+the block must hold this request's next La tokens too. A block holds its tokens at
+its position (from j · b on): one written at another index is stale too. Anything
+else is a *stale block*: the engine serves KV computed for other tokens.
+
+A request runs on after its admit until it finishes, reading the blocks of its
+tables that its next tokens attend to (:func:`still_read`). :meth:`Ledger.hold`
+notes what each must keep holding, and :meth:`Ledger.overwritten` says which one no
+longer does: an *overwritten block*, handed to another request while this one runs.
 
     >>> from kvhit.model.spec import Group
     >>> from kvhit.targets.stateful import Admitted

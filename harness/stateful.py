@@ -13,6 +13,12 @@ of its blocks it finds cached). The admit's hit is then checked:
 3. when the engine reports ``outputs_match: false`` (its served output differs from
    a computation from scratch): ``unsafe``.
 
+After every operation, each block a running request (admitted, not finished) still
+reads must hold that request's tokens (:meth:`kvhit.harness.ledger.Ledger.overwritten`):
+one handed to another request and written there is ``unsafe``, reason *overwritten
+block*, at the operation that wrote it. An engine that cannot be created is the
+run's one step (of no operation), a finding like any other.
+
 A failure that is not an answer (``crash``, ``timeout``, ``bad_return``) is its own
 class, as for stateless targets; ``rejected`` (the pool cannot hold the request) and
 ``unsupported`` (the engine refuses the configuration) are counted, not disagreements.
@@ -206,8 +212,9 @@ class ProgramDisagreement:
 
     @property
     def last(self) -> Step:
-        """The step that disagreed."""
-        return self.steps[-1]
+        """The step that disagreed (a program of no operation on an engine that was
+        created: that creation, ok)."""
+        return self.steps[-1] if self.steps else Step(None, Outcome(ReplyClass.OK))
 
     @property
     def cls(self) -> str:

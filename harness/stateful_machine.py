@@ -5,14 +5,18 @@ groups of every kind, drafters of every behaviour a kind can carry, windows of b
 conventions, block sizes 1, 2 and 4 mixed, the default or a doubled alignment, 30%
 of the time a hash unit finer than the blocks, and a pool barely larger than one
 request, so that eviction happens all the time), then admits prompts (new ones,
-repeats, branches of earlier prompts cut anywhere, inside a block too, and extensions
-long enough that blocks leave sliding windows) and finishes running requests. Every
-operation is judged (:mod:`kvhit.harness.stateful`); the first disagreement fails the
-program.
+short or long, repeats, branches of earlier prompts cut anywhere, inside a block too,
+extensions long enough that blocks leave sliding windows, and retellings: one early
+token changed) and finishes running requests. Every operation is judged
+(:mod:`kvhit.harness.stateful`); a program ends at its first disagreement, which
+fails it when its class is wanted (not found yet; while shrinking, the class being
+shrunk).
 
 Hypothesis then shrinks the failing program (fewer operations, shorter prompts,
-fewer groups, a smaller pool) while it keeps failing *in the same class*. The
-shortest failing program seen is written to the replay file before it is reported.
+fewer groups, a smaller pool) while its first disagreement keeps that class. The
+shortest failing program seen is run once more on a fresh engine and written to the
+replay file with the failure it shows there (what a replay shows) before it is
+reported.
 :func:`run_programs` runs batches of programs until its time or program budget is
 spent; each batch's seed is derived from the campaign's, so the same seed and
 options give the same programs.

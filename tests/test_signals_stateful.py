@@ -192,6 +192,14 @@ def test_an_engine_that_cannot_be_created_is_saved_drawn_and_replayed(tmp_path: 
     assert "  1. create   <- crash" in d.render().splitlines()
 
 
+def test_a_program_of_no_operation_replays_clean(tmp_path: Path) -> None:
+    file = write_program(tmp_path / "empty.json", TWO_REQUESTS)
+    code, replayed, _ = kvhit("replay", file, "--target", "impl", "--json", cwd=tmp_path)
+    assert code == 0 and replayed is not None and replayed["class"] == "ok"
+    code, _, _ = kvhit("replay", file, "--target", f"{BROKEN}:fails_to_start", cwd=tmp_path)
+    assert code == 1
+
+
 def test_ctrl_c_in_a_program_exits_130_with_what_was_found(tmp_path: Path) -> None:
     args = ["gate", "--stateful", "--target", f"{BROKEN}:Interrupted", "--json"]
     with chdir(tmp_path):
