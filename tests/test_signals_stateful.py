@@ -101,9 +101,8 @@ def test_a_block_handed_away_while_its_request_runs_is_unsafe(tmp_path: Path) ->
 
 
 def test_the_gate_catches_a_block_handed_away_while_its_request_runs(tmp_path: Path) -> None:
-    code, report, _ = kvhit(
-        "gate", "--stateful", "--target", STOLEN, "--cases", "100", "--json", cwd=tmp_path
-    )
+    args = ("gate", "--stateful", "--target", STOLEN, "--seconds", "600", "--cases", "100")
+    code, report, _ = kvhit(*args, "--json", cwd=tmp_path)
     assert code == 1 and report is not None
     (found,) = report["disagreements"]
     assert found["class"] == "unsafe" and found["reason"].startswith("overwritten block")
@@ -128,10 +127,11 @@ def test_keys_of_the_last_16_blocks_only_need_long_prompts_to_be_caught() -> Non
 
 
 def test_the_gate_takes_a_prompt_size(tmp_path: Path) -> None:
-    args = ("gate", "--stateful", "--target", SHORT_KEYS, "--cases", "60", "--json")
-    code, report, _ = kvhit(*args, "--prompt-tokens", "64", cwd=tmp_path)
+    # budgets of programs, not of seconds: the same programs however busy the machine
+    args = ("gate", "--stateful", "--target", SHORT_KEYS, "--seconds", "600", "--cases", "60")
+    code, report, _ = kvhit(*args, "--json", "--prompt-tokens", "64", cwd=tmp_path)
     assert code == 1 and report is not None and report["disagreements"][0]["class"] == "unsafe"
-    code, report, _ = kvhit(*args, "--prompt-tokens", "16", cwd=tmp_path)
+    code, report, _ = kvhit(*args, "--json", "--prompt-tokens", "16", cwd=tmp_path)
     assert code == 0 and report is not None and report["cases"] == 60
     code, _, err = kvhit(*args, "--prompt-tokens", "0", cwd=tmp_path)
     assert code == 2 and "--prompt-tokens" in err
