@@ -258,6 +258,7 @@ def fuzz(
     scope_file: str | None,
     stateful: bool,
     steps: int,
+    prompt_tokens: int | None,
 ) -> None:
     """Check random queries against the reference until --seconds pass or --cases are done
     (or, with --every-state, every cache state of the given groups).
@@ -275,7 +276,7 @@ def fuzz(
         plan = ProgramPlan(
             picked,
             o.drawn_shape(),
-            max_tokens=2 * max_blocks,
+            max_tokens=prompt_tokens or 2 * max_blocks,
             steps=steps,
             seed=o.seed,
             stop_at_first=False,
@@ -308,6 +309,7 @@ def gate(
     keep_going: bool,
     stateful: bool,
     steps: int,
+    prompt_tokens: int | None,
 ) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
     (of --shape) for --seconds (default 20). Stops at the first disagreement unless
@@ -318,6 +320,7 @@ def gate(
         refuse_with_stateful(isolate=o.spec.isolate, ray=o.ray_address)
         plan = ProgramPlan(
             shape=o.drawn_shape(),
+            max_tokens=prompt_tokens or ProgramPlan.max_tokens,
             steps=steps,
             seed=o.seed,
             stop_at_first=not keep_going,

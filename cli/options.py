@@ -168,7 +168,14 @@ def run_options(func: Command) -> Command:
 
 
 def stateful_options(func: Command) -> Command:
-    """``--stateful`` and ``--steps``."""
+    """``--stateful``, ``--steps`` and ``--prompt-tokens``."""
+    func = click.option(
+        "--prompt-tokens",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="With --stateful: the most tokens per prompt (default: gate 16, fuzz 2 x "
+        "--max-blocks); longer prompts reach bugs deep in a prefix, at a cost in speed.",
+    )(func)
     func = click.option(
         "--steps",
         type=click.IntRange(min=1),
