@@ -27,6 +27,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from kvhit.cli.display import campaign_bar, counts_text
 from kvhit.cli.options import (
@@ -49,7 +50,7 @@ from kvhit.harness.report import Disagreement, Record, junit_xml, load_disagreem
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.harness.tally import OnProgress, Tally
-from kvhit.inputs import read_queries, read_text
+from kvhit.inputs import read_queries, read_text, writable
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
 from kvhit.targets.registry import Mode
@@ -110,8 +111,9 @@ def run_with_progress(
             raise BadInput(str(err)) from None
         done(tally)
     for d, path in zip(tally.found, tally.saved):
-        console.print(f"[bold red]{d.cls}[/bold red] saved to {path}")
-        console.print(d.render(), markup=False)
+        where = f" saved to {path}" if path else f" not saved: {tally.save_error}"
+        console.print(Text.assemble((d.cls, "bold red"), where))
+        console.print(Text(d.render()))
     return tally, time.monotonic() - start
 
 
@@ -126,6 +128,7 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "disagreements": [d.to_json() for d in tally.found],
         "files": [str(path) for path in tally.files],
         "interrupted": tally.interrupted,
+        "save_error": tally.save_error,
     }
     if tally.operations is not None:
         report["operations"] = tally.operations
@@ -146,14 +149,18 @@ def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: 
     else:
         stopped = "interrupted after " if tally.interrupted else ""
         console.print(
-            f"{tally.target}: {stopped}{tally.checked()} in {seconds:.1f} s: "
-            f"{counts_text(tally.counts)}"
+            Text(
+                f"{tally.target}: {stopped}{tally.checked()} in {seconds:.1f} s: "
+                f"{counts_text(tally.counts)}"
+            )
         )
         if tally.files:
             files = " ".join(shlex.quote(str(path)) for path in tally.files)
-            console.print(f"replay with: kvhit replay {files} {spec.replay_flag}")
-        else:
+            console.print(Text(f"replay with: kvhit replay {files} {spec.replay_flag}"))
+        elif not tally.found:
             console.print("no disagreement found")
+        if tally.save_error:
+            console.print(Text(f"could not save a replay file: {tally.save_error}"))
     return exit_code(tally)
 
 
@@ -166,6 +173,7 @@ def run_and_report(
 ) -> None:
     """Run the campaign (of programs, if ``stateful``) with progress, write ``junit``,
     print the report and exit with :func:`exit_code`."""
+    writable(Path(options.out), "--out")
     console = Console(stderr=options.as_json, highlight=False, soft_wrap=True)
     tally, took = run_with_progress(run, console, description(options, stateful), total)
     if junit:
@@ -405,10 +413,10 @@ def shown_gate(console: Console, name: str, seconds: float, out: Path) -> Tally 
     try:
         runner = TargetSpec(name).open()
     except TargetError as err:
-        console.print(f"[red]{name} cannot be gated[/red]: {err}")
+        console.print(Text.assemble((f"{name} cannot be gated", "red"), f": {err}"))
         return None
     tally = run_gate(CaseChecker(runner, name, out, stop_at_first=True), seconds)
     for d in tally.found:
-        console.print(d.render(), markup=False)
-    console.print(f"{name}: {tally.checked()}: {counts_text(tally.counts)}")
+        console.print(Text(d.render()))
+    console.print(Text(f"{name}: {tally.checked()}: {counts_text(tally.counts)}"))
     return tally

@@ -34,6 +34,20 @@ def read_text(path: str) -> str:
         raise BadInput(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
+def writable(directory: Path, option: str) -> None:
+    """Make ``directory`` (given as ``option``) and check a file can be written in it,
+    before any work: BadInput naming the option if not."""
+    if directory.exists() and not directory.is_dir():
+        raise BadInput(f"{option}: {directory} is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".kvhit-write-check"
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as err:
+        raise BadInput(f"{option}: cannot write in {directory}: {err.strerror or err}") from None
+
+
 def read_queries(path: str) -> list[tuple[str, Query]]:
     """Load and check every query in a file (``-`` for stdin), each with a label that
     names it; BadInput on any problem."""

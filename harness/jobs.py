@@ -42,7 +42,7 @@ from typing import Any
 
 from kvhit.errors import TargetError
 from kvhit.harness.checker import CaseChecker, Phase
-from kvhit.harness.report import Record, save
+from kvhit.harness.report import Record
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.targets.spec import TargetSpec
 
@@ -145,6 +145,7 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
         total.interrupted |= tally.interrupted
+        total.save_error = total.save_error or tally.save_error
         seen += zip(tally.found_at, tally.found, tally.saved)
     first: dict[str, tuple[tuple[int, int], Record, Path | None]] = {}
     for at, d, path in sorted(seen, key=lambda s: s[0]):
@@ -330,5 +331,5 @@ def run_campaign(
             on_progress(so_far)
     total = merge(label, [latest[job].done for job in range(jobs)])  # type: ignore[misc]
     if ray_address is not None and campaign.out is not None:
-        total.saved = [save(d, campaign.out) for d in total.found]
+        total.saved = [total.keep(d, campaign.out) for d in total.found]
     return total
