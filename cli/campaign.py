@@ -32,11 +32,12 @@ from rich.text import Text
 from kvhit.cli.display import campaign_bar, counts_text
 from kvhit.cli.options import (
     RunSettings,
+    TargetChoice,
     check_kinds,
     refuse_with_stateful,
     run_options,
     stateful_options,
-    target_options,
+    target_choice_options,
 )
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness import exhaustive
@@ -342,53 +343,84 @@ def gate(
 def replayed(
     name: str, saved: str | None, d: Record, disagrees: bool, now: str, as_json: bool
 ) -> None:
-    """Say how a replayed file ends now: its record as JSON, the drawing of what still
-    disagrees, or ``now``."""
+    """Say how a replayed file ends now: its record as JSON, the drawing of what
+    disagrees (``still``, when the file was saved as a disagreement), or ``now``."""
     was = f" (saved as {saved})" if saved else ""
     if as_json:
         click.echo(json.dumps({"file": name, "saved_class": saved, **d.to_json()}))
     elif disagrees:
-        click.echo(f"{name}: still {d.cls}{was}\n{d.render()}")
+        said = f"still {d.cls}{was}" if saved else f"{d.cls} now"
+        click.echo(f"{name}: {said}\n{d.render()}")
     else:
         click.echo(f"{name}: {now}{was}")
 
 
+def replay_file(name: str) -> tuple[Mode, Any, dict[str, Any]]:
+    """A file to replay: a stateful program (``Mode.STATEFUL``) or a query
+    (``Mode.LOOKUP``), and its saved record ({} when nothing was saved); BadInput
+    naming the file."""
+    text = read_text(name)
+    try:
+        if is_program_file(text):
+            return (Mode.STATEFUL, *load_program_file(text))
+        return (Mode.LOOKUP, *load_disagreement(text))
+    except QueryError as err:
+        raise BadInput(f"{name}: {err}") from None
+
+
+def replay_target(name: str, record: dict[str, Any], choice: TargetChoice) -> TargetSpec:
+    """The target to replay file ``name`` on: the one given, else the one its record
+    names (said on stderr); BadInput if neither names one."""
+    if choice.given:
+        return choice.spec()
+    recorded = record.get("target")
+    if not isinstance(recorded, str):
+        raise BadInput(f"{name} records no target: give --target or --target-cmd")
+    spec = choice.spec(recorded)
+    click.echo(f"{name}: replayed on {spec.replay_flag}, the target it records", err=True)
+    return spec
+
+
+def replay_program(runner: Runner, spec: TargetSpec, program: Any) -> tuple[Record, bool, str]:
+    """Run a stateful program again: what it shows now, whether it disagrees, and
+    what to say when it does not."""
+    steps = run_program(runner, program)
+    p = disagreement_of(spec.label, program, steps)
+    return p, p.last.outcome.disagrees, f"every operation ok now ({len(steps)} operations)"
+
+
+def replay_query(runner: Runner, spec: TargetSpec, q: Any) -> tuple[Record, bool, str]:
+    """Ask a query again: what the target answers now, whether it disagrees, and
+    what to say when it does not."""
+    reply = runner(q.to_json())
+    outcome = judge_reply(q, reply, longest_hit(q))
+    d = Disagreement(spec.label, outcome.cls, q, json_safe(reply.value), outcome.reason)
+    return d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}"
+
+
+REPLAYERS = {Mode.STATEFUL: replay_program, Mode.LOOKUP: replay_query}
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@target_options
+@target_choice_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file.")
 @harness_command
-def replay(files: tuple[str, ...], spec: TargetSpec, as_json: bool) -> None:
-    """Rerun saved disagreements (or plain queries, or stateful programs) against a target."""
-    programs, queries = [], []
+def replay(files: tuple[str, ...], target: TargetChoice, as_json: bool) -> None:
+    """Rerun saved disagreements (or plain queries, or stateful programs) against a
+    target: the one given, else the one each saved file records."""
+    runs: dict[tuple[TargetSpec, Mode], list[tuple[str, Any, dict[str, Any]]]] = {}
     for name in files:
-        text = read_text(name)
-        try:
-            if is_program_file(text):
-                programs.append((name, *load_program_file(text)))
-            else:
-                queries.append((name, *load_disagreement(text)))
-        except QueryError as err:
-            raise BadInput(f"{name}: {err}") from None
+        mode, item, record = replay_file(name)
+        spec = replay_target(name, record, target)
+        runs.setdefault((spec, mode), []).append((name, item, record))
     failed = 0
-    if programs:
-        with opened(spec, Mode.STATEFUL) as runner:
-            for name, program, record in programs:
-                steps = run_program(runner, program)
-                p = disagreement_of(spec.label, program, steps)
-                disagrees = p.last.outcome.disagrees
-                now = f"every operation ok now ({len(steps)} operations)"
-                replayed(name, record.get("class"), p, disagrees, now, as_json)
+    for (spec, mode), items in runs.items():
+        with opened(spec, mode) as runner:
+            for name, item, record in items:
+                d, disagrees, now = REPLAYERS[mode](runner, spec, item)
+                replayed(name, record.get("class"), d, disagrees, now, as_json)
                 failed += disagrees
-    if queries:
-        with opened(spec) as runner:
-            for name, q, saved in queries:
-                reply = runner(q.to_json())
-                outcome = judge_reply(q, reply, longest_hit(q))
-                d = Disagreement(spec.label, outcome.cls, q, json_safe(reply.value), outcome.reason)
-                now = f"{outcome.cls} now, L* = {outcome.length}"
-                replayed(name, saved, d, outcome.disagrees, now, as_json)
-                failed += outcome.disagrees
     sys.exit(1 if failed else 0)
 
 

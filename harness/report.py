@@ -31,10 +31,9 @@ from xml.etree import ElementTree
 
 from kvhit.draw import draw, judge
 from kvhit.harness.compare import ReplyClass
+from kvhit.inputs import DISAGREEMENT_FORMAT, saved_query
 from kvhit.model.protocol import decode_json, parse_query
 from kvhit.model.spec import Query, longest_hit
-
-DISAGREEMENT_FORMAT = "kvhit-disagreement/1"
 
 
 class Record(Protocol):
@@ -117,13 +116,11 @@ def save(d: Record, out_dir: Path) -> Path:
     return path
 
 
-def load_disagreement(text: str) -> tuple[Query, str | None]:
+def load_disagreement(text: str) -> tuple[Query, dict[str, Any]]:
     """The query of a saved disagreement (or of a plain protocol query) and its saved
-    class (None for a plain query); :class:`QueryError` naming the problem."""
-    obj = decode_json(text, "file")
-    if isinstance(obj, dict) and obj.get("format") == DISAGREEMENT_FORMAT:
-        return parse_query(obj.get("query")), obj.get("class")
-    return parse_query(obj), None
+    record ({} for a plain query); :class:`QueryError` naming the problem."""
+    query, record = saved_query(decode_json(text, "file"))
+    return parse_query(query), record or {}
 
 
 def junit_xml(target: str, checked: str, seconds: float, found: Sequence[Record]) -> str:

@@ -97,3 +97,88 @@ def test_names_and_paths_are_printed_literally(tmp_path: Path) -> None:
     assert re.search(r"^chatty:boom: \d+ cases in", result.stdout, re.MULTILINE)
     assert f"kvhit replay '[red]x/{saved.name}' --target chatty:boom" in result.stdout
     assert "\N{COLLISION SYMBOL}" not in result.stdout
+
+
+# Item: saved files are inputs.
+
+SEED_MINIMAL = Path(__file__).parent.parent / "examples" / "seed_minimal.json"
+
+
+def saved_unsafe(tmp_path: Path) -> Path:
+    """The counterexample ``gate --target seed-min`` saves."""
+    result = kvhit("gate", "--target", "seed-min", "--jobs", "1", "--out", "found", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    (path,) = (tmp_path / "found").glob("unsafe-*.json")
+    return path
+
+
+def test_replay_without_a_target_uses_the_one_the_file_records(tmp_path: Path) -> None:
+    path = saved_unsafe(tmp_path)
+    result = kvhit("replay", str(path), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith(f"{path}: still unsafe (saved as unsafe)\n")
+    assert result.stderr == f"{path}: replayed on --target seed-min, the target it records\n"
+
+
+def test_replay_of_a_saved_program_without_a_target_uses_its_target(tmp_path: Path) -> None:
+    (tmp_path / "broken_stateful.py").write_text(
+        (Path(__file__).parent / "broken_stateful.py").read_text()
+    )
+    record = {
+        "format": "kvhit-stateful/1",
+        "target": "broken_stateful:first_full_truncated",
+        "class": "wrong_blocks",
+        "program": {
+            "groups": [
+                {"kind": "full", "block_size": 1, "eagle": True, "drafter": "drop"},
+                {"kind": "full", "block_size": 1},
+            ],
+            "num_blocks": 33,
+            "alignment": 1,
+            "ops": [
+                {"op": "admit", "request": 0, "tokens": [0, 0]},
+                {"op": "admit", "request": 1, "tokens": [0, 0, 0]},
+            ],
+        },
+    }
+    path = tmp_path / "program.json"
+    path.write_text(json.dumps(record))
+    result = kvhit("replay", str(path), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith(f"{path}: still wrong_blocks (saved as wrong_blocks)\n")
+    assert "--target broken_stateful:first_full_truncated, the target it records" in result.stderr
+
+
+def test_replay_of_a_plain_query_without_a_target_is_bad_usage(tmp_path: Path) -> None:
+    result = kvhit("replay", str(SEED_MINIMAL), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"error: {SEED_MINIMAL} records no target: give --target or --target-cmd\n"
+    )
+
+
+def test_a_plain_query_replayed_says_what_the_target_answers_now(tmp_path: Path) -> None:
+    """Nothing was saved before: the class it has now, never "still"."""
+    unsafe = kvhit("replay", str(SEED_MINIMAL), "--target", "seed-min", cwd=tmp_path)
+    assert unsafe.returncode == 1
+    assert unsafe.stdout.startswith(f"{SEED_MINIMAL}: unsafe now\nquery: M=2 A=1\n")
+    assert "still" not in unsafe.stdout
+    ok = kvhit("replay", str(SEED_MINIMAL), "--target", "model", cwd=tmp_path)
+    assert (ok.returncode, ok.stdout) == (0, f"{SEED_MINIMAL}: ok now, L* = 0\n")
+
+
+def test_check_reads_a_saved_counterexample_as_its_query(tmp_path: Path) -> None:
+    path = saved_unsafe(tmp_path)
+    result = kvhit("check", str(path), "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["query"] == json.loads(path.read_text())["query"]
+    assert report["length"] == 0 and report["min_of_groups_verdict"] == "unsafe"
+
+
+def test_check_on_a_saved_program_says_what_the_file_is(tmp_path: Path) -> None:
+    path = tmp_path / "program.json"
+    path.write_text(json.dumps({"format": "kvhit-stateful/1", "program": {}}))
+    result = kvhit("check", str(path), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "a 'kvhit-stateful/1' file, not a query or a saved disagreement" in result.stderr
