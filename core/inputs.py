@@ -34,9 +34,7 @@ def saved_query(obj: Any) -> tuple[Any, dict[str, Any] | None]:
     if not isinstance(obj, dict) or "format" not in obj:
         return obj, None
     if obj["format"] != DISAGREEMENT_FORMAT:
-        raise QueryError(
-            "file", f"a {obj['format']!r} file, not a query or a saved disagreement"
-        )
+        raise QueryError("file", f"a {obj['format']!r} file, not a query or a saved disagreement")
     return obj.get("query"), obj
 
 
