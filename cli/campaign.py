@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -60,6 +61,9 @@ from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import is_program_file, load_program_file
 from kvhit.targets.wire import json_safe
 
+HYPOTHESIS_STORAGE = "HYPOTHESIS_STORAGE_DIRECTORY"
+"""Where Hypothesis keeps its own files (it caches constants it reads in source files):
+under --out, not ``.hypothesis`` in the working directory."""
 FUZZ_SECONDS = 10.0
 MAX_STATES = 1 << 24
 Run = Callable[[OnProgress], Tally]
@@ -175,6 +179,7 @@ def run_and_report(
     """Run the campaign (of programs, if ``stateful``) with progress, write ``junit``,
     print the report and exit with :func:`exit_code`."""
     writable(Path(options.out), "--out")
+    os.environ[HYPOTHESIS_STORAGE] = str(Path(options.out).resolve() / ".hypothesis")
     console = Console(stderr=options.as_json, highlight=False, soft_wrap=True)
     tally, took = run_with_progress(run, console, description(options, stateful), total)
     if junit:

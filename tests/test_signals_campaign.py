@@ -182,3 +182,23 @@ def test_check_on_a_saved_program_says_what_the_file_is(tmp_path: Path) -> None:
     result = kvhit("check", str(path), cwd=tmp_path)
     assert result.returncode == 2
     assert "a 'kvhit-stateful/1' file, not a query or a saved disagreement" in result.stderr
+
+
+# Item: nothing written in the working directory unasked.
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("gate", "--stateful", "--target", "impl", "--cases", "5"),
+        ("fuzz", "--stateful", "--target", "impl", "--cases", "5"),
+    ],
+)
+def test_a_campaign_writes_only_under_out(command: tuple[str, ...], tmp_path: Path) -> None:
+    """Hypothesis, which draws the programs, keeps its files under --out."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    out = tmp_path / "found"
+    result = kvhit(*command, "--out", str(out), cwd=cwd)
+    assert result.returncode in (0, 1), result.stderr
+    assert list(cwd.iterdir()) == []
