@@ -94,11 +94,15 @@ def case_run(options: RunSettings, phases: Callable[[], list[Phase]], stop_at_fi
 def program_run(
     spec: TargetSpec, plan: ProgramPlan, seconds: float | None, programs: int | None
 ) -> Run:
-    """The campaign of programs on the stateful target ``spec``, in this process."""
+    """The campaign of programs on the stateful target ``spec``, in this process;
+    Ctrl-C while the engine loads ends it with nothing run, interrupted."""
 
     def run(on_progress: OnProgress) -> Tally:
-        with opened(spec, Mode.STATEFUL) as runner:
-            return run_programs(runner, spec.label, plan, seconds, programs, on_progress)
+        try:
+            with opened(spec, Mode.STATEFUL) as runner:
+                return run_programs(runner, spec.label, plan, seconds, programs, on_progress)
+        except KeyboardInterrupt:
+            return Tally(spec.label, operations=0, interrupted=True)
 
     return run
 

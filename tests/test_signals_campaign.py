@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_reliability import kvhit
+from test_reliability import HANG, kvhit
 
 from kvhit.cli import main as cli
 from kvhit.harness import tally as tally_module
+from kvhit.harness.checker import CaseChecker
 
 # Item: --out.
 
@@ -202,3 +208,109 @@ def test_a_campaign_writes_only_under_out(command: tuple[str, ...], tmp_path: Pa
     result = kvhit(*command, "--out", str(out), cwd=cwd)
     assert result.returncode in (0, 1), result.stderr
     assert list(cwd.iterdir()) == []
+
+
+# Item: Ctrl-C at any point.
+
+SLOW = """
+import os
+import time
+from pathlib import Path
+
+from kvhit.impl.stateful_target import StatefulImpl
+from kvhit.targets.registry import seed_min_target
+
+
+def mark(name):
+    Path(os.environ["MARKS"], name).touch()
+    time.sleep(float(os.environ.get(name.upper(), "0")))
+
+
+mark("loading")
+
+
+def sleepy(query):
+    mark("calling")
+    return seed_min_target(query)
+
+
+def sleepy_engine(config):
+    engine = StatefulImpl(config)
+    admit = engine.admit
+
+    def slow_admit(request, tokens):
+        mark("calling")
+        return admit(request, tokens)
+
+    engine.admit = slow_admit
+    return engine
+"""
+LIVENESS = 30.0  # seconds from Ctrl-C to the end: generous, far below the target's sleep
+ASLEEP = "600"  # seconds the slow target sleeps where it is interrupted
+
+
+def interrupted(args: list[str], where: str, tmp_path: Path) -> tuple[str, str]:
+    """Run kvhit on the slow target, send Ctrl-C once it sleeps ``where`` (loading or
+    calling), and check it ends within LIVENESS with exit 130; its stdout and stderr."""
+    (tmp_path / "slow.py").write_text(SLOW)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "MARKS": str(marks), where.upper(): ASLEEP}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvhit.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + HANG
+        while not (marks / where).exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.1)
+        time.sleep(0.5)  # inside the sleep, not on its way there
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=LIVENESS)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    return out, err
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (["gate", "--target", "slow:sleepy", "--jobs", "1"], "loading"),
+        (["gate", "--target", "slow:sleepy", "--jobs", "2"], "loading"),
+        (["gate", "--target", "slow:sleepy", "--jobs", "1", "--timeout", "900"], "calling"),
+        (["fuzz", "--target", "slow:sleepy", "--jobs", "2", "--timeout", "900"], "calling"),
+        (["gate", "--stateful", "--target", "slow:sleepy_engine"], "loading"),
+        (["fuzz", "--stateful", "--target", "slow:sleepy_engine", "--timeout", "900"], "calling"),
+    ],
+)
+def test_ctrl_c_ends_a_campaign_at_any_point(args: list[str], where: str, tmp_path: Path) -> None:
+    out, _ = interrupted([*args, "--out", "found"], where, tmp_path)
+    assert re.search(
+        r"^slow:sleepy(_engine)?: interrupted after [01] (cases|programs)", out, re.MULTILINE
+    ), out
+
+
+def test_ctrl_c_ends_a_replay_inside_a_call(tmp_path: Path) -> None:
+    query = tmp_path / "q.json"
+    query.write_text(SEED_MINIMAL.read_text())
+    _, err = interrupted(
+        ["replay", str(query), "--target", "slow:sleepy", "--timeout", "900"], "calling", tmp_path
+    )
+    assert err == "interrupted\n"
+
+
+def test_ctrl_c_in_verify_s_gate_section_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    def ctrl_c(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "VERIFY_SECTIONS", [("gate", "kvhit.cli.campaign:verify_section")])
+    monkeypatch.setattr(CaseChecker, "check", ctrl_c)
+    result = CliRunner().invoke(cli.main, ["verify", "--quick"])
+    assert result.exit_code == 130 and result.stderr.endswith("interrupted\n")
