@@ -6,6 +6,7 @@ ends a run at any point with exit 130; piped output is plain lines."""
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import re
@@ -13,15 +14,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 from test_reliability import HANG, kvhit
 
 from kvhit.cli import main as cli
+from kvhit.cli.display import campaign_bar
 from kvhit.harness import tally as tally_module
 from kvhit.harness.checker import CaseChecker
+from kvhit.harness.tally import Tally
 
 # Item: --out.
 
@@ -215,6 +220,7 @@ def test_a_campaign_writes_only_under_out(command: tuple[str, ...], tmp_path: Pa
 SLOW = """
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 from kvhit.impl.stateful_target import StatefulImpl
@@ -314,3 +320,33 @@ def test_ctrl_c_in_verify_s_gate_section_is_130(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(CaseChecker, "check", ctrl_c)
     result = CliRunner().invoke(cli.main, ["verify", "--quick"])
     assert result.exit_code == 130 and result.stderr.endswith("interrupted\n")
+
+
+# Item: output that is not a terminal.
+
+
+def test_a_piped_campaign_prints_plain_lines(tmp_path: Path) -> None:
+    result = kvhit("gate", "--target", "seed-min", "--jobs", "1", "--out", "found", cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "checking: started (a line every 15 s)"
+    assert lines[1].startswith("unsafe saved to found/unsafe-")
+    assert "\N{BOX DRAWINGS HEAVY HORIZONTAL}" not in result.stdout + result.stderr
+
+
+def test_a_heartbeat_tells_the_counts_while_a_run_is_long() -> None:
+    """Lines come while nothing new is reported (a target loading, a long call)."""
+    out = io.StringIO()
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    with campaign_bar(console, "checking", None, every=0.05) as (tick, done):
+        deadline = time.monotonic() + HANG
+        while out.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tick(Tally("t", cases=3, counts=Counter({"ok": 3})))
+        while "3 cases: ok 3" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        done(Tally("t", cases=3, counts=Counter({"ok": 3})))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "checking: started (a line every 0.05 s)"
+    assert re.fullmatch(r"checking: \d+ s, no case yet", lines[1])
+    assert re.fullmatch(r"checking: \d+ s, 3 cases: ok 3", lines[-1])
