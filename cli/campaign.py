@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shlex
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from kvhit.harness.random_cases import CHOICES
 from kvhit.harness.report import Disagreement, Record, junit_xml, load_disagreement
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.harness.strategies import hypothesis_files_in
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.inputs import read_queries, read_text, writable
 from kvhit.model.protocol import QueryError
@@ -61,9 +61,6 @@ from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import is_program_file, load_program_file
 from kvhit.targets.wire import json_safe
 
-HYPOTHESIS_STORAGE = "HYPOTHESIS_STORAGE_DIRECTORY"
-"""Where Hypothesis keeps its own files (it caches constants it reads in source files):
-under --out, not ``.hypothesis`` in the working directory."""
 FUZZ_SECONDS = 10.0
 MAX_STATES = 1 << 24
 Run = Callable[[OnProgress], Tally]
@@ -173,6 +170,24 @@ def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: 
     return exit_code(tally)
 
 
+@contextmanager
+def files_only_in(out: Path, junit: str | None) -> Iterator[None]:
+    """A run that writes files only where the user asked: --out (and --junit's folder)
+    made and checked writable before any work (BadInput if not), Hypothesis' own
+    files in a temporary directory, and --out removed again when this run made it and
+    saved nothing there."""
+    if junit:
+        writable(Path(junit).parent, "--junit")
+    made = not out.exists()
+    writable(out, "--out")
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvhit-") as tmp, hypothesis_files_in(Path(tmp)):
+            yield
+    finally:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+
+
 def run_and_report(
     options: RunSettings,
     run: Run,
@@ -182,10 +197,9 @@ def run_and_report(
 ) -> None:
     """Run the campaign (of programs, if ``stateful``) with progress, write ``junit``,
     print the report and exit with :func:`exit_code`."""
-    writable(Path(options.out), "--out")
-    os.environ[HYPOTHESIS_STORAGE] = str(Path(options.out).resolve() / ".hypothesis")
     console = Console(stderr=options.as_json, highlight=False, soft_wrap=True)
-    tally, took = run_with_progress(run, console, description(options, stateful), total)
+    with files_only_in(Path(options.out), junit):
+        tally, took = run_with_progress(run, console, description(options, stateful), total)
     if junit:
         Path(junit).write_text(junit_xml(tally.target, tally.checked(), took, tally.found))
     sys.exit(report(tally, took, options.as_json, console, options.spec))

@@ -203,16 +203,27 @@ def test_check_on_a_saved_program_says_what_the_file_is(tmp_path: Path) -> None:
     [
         ("gate", "--stateful", "--target", "impl", "--cases", "5"),
         ("fuzz", "--stateful", "--target", "impl", "--cases", "5"),
+        ("gate", "--target", "model", "--seconds", "0.5", "--jobs", "2"),
     ],
 )
-def test_a_campaign_writes_only_under_out(command: tuple[str, ...], tmp_path: Path) -> None:
-    """Hypothesis, which draws the programs, keeps its files under --out."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
+def test_a_campaign_that_finds_nothing_leaves_nothing(
+    command: tuple[str, ...], tmp_path: Path
+) -> None:
+    """No replay folder and no Hypothesis files (it draws the programs) in the working
+    directory."""
+    result = kvhit(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hypothesis_files_stay_out_of_a_given_out(tmp_path: Path) -> None:
     out = tmp_path / "found"
-    result = kvhit(*command, "--out", str(out), cwd=cwd)
-    assert result.returncode in (0, 1), result.stderr
-    assert list(cwd.iterdir()) == []
+    out.mkdir()
+    result = kvhit(
+        "gate", "--stateful", "--target", "impl", "--cases", "5", "--out", "found", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []
 
 
 # Item: Ctrl-C at any point.
