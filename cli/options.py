@@ -15,7 +15,7 @@ from kvhit.errors import BadInput, TargetError
 from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.targets.registry import default_shape
-from kvhit.targets.runner import CALL_TIMEOUT
+from kvhit.targets.runner import CALL_TIMEOUT, LOAD_TIMEOUT
 from kvhit.targets.spec import TargetSpec
 
 REPLAY_OUT = "kvhit-disagreements"
@@ -85,6 +85,7 @@ class TargetChoice:
     timeout: float
     isolate: bool
     vllm_eagle: EaglePath
+    load_timeout: float
 
     @property
     def given(self) -> bool:
@@ -98,14 +99,15 @@ class TargetChoice:
         if not self.given and recorded is not None:
             name, command, eagle = recorded_target(recorded, eagle)
         try:
-            return TargetSpec(name, command, self.timeout, self.isolate, eagle)
+            return TargetSpec(name, command, self.timeout, self.isolate, eagle, self.load_timeout)
         except TargetError as err:
             raise BadInput(str(err)) from None
 
 
 def target_choice_options(func: Command) -> Command:
-    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate`` and ``--vllm-eagle``,
-    given to ``func`` as one ``target`` (:class:`TargetChoice`), which may name none."""
+    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate``, ``--vllm-eagle`` and
+    ``--load-timeout``, given to ``func`` as one ``target`` (:class:`TargetChoice`),
+    which may name none."""
 
     @functools.wraps(func)
     def wrapper(
@@ -114,9 +116,11 @@ def target_choice_options(func: Command) -> Command:
         timeout: float,
         isolate: bool,
         vllm_eagle: str,
+        load_timeout: float,
         **kwargs: Any,
     ) -> Any:
-        choice = TargetChoice(target, target_cmd, timeout, isolate, EaglePath(vllm_eagle))
+        eagle = EaglePath(vllm_eagle)
+        choice = TargetChoice(target, target_cmd, timeout, isolate, eagle, load_timeout)
         return func(target=choice, **kwargs)
 
     options: list[Decorator] = [
@@ -130,6 +134,14 @@ def target_choice_options(func: Command) -> Command:
             "interpreter (native code, os._exit) is a crash, not the end of the run.",
         ),
         vllm_eagle_option(),
+        click.option(
+            "--load-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=LOAD_TIMEOUT,
+            show_default=True,
+            help="Seconds for loading the target (importing it, starting its worker or "
+            "program), apart from every call's --timeout.",
+        ),
     ]
     return decorated(wrapper, options)
 
