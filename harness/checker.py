@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kvhit.harness.compare import Outcome, judge_reply
-from kvhit.harness.report import Disagreement, save
+from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
 from kvhit.harness.tally import Tally
 from kvhit.model.spec import Answer, Query, longest_hit
@@ -101,8 +101,8 @@ class CaseChecker:
         return outcome
 
     def keep(self, d: Disagreement) -> Path | None:
-        """Save ``d`` into the out dir (when there is one); the path."""
-        return save(d, self.out_dir) if self.out_dir is not None else None
+        """Save ``d`` into the out dir (when there is one); the path (None if not saved)."""
+        return self.tally.keep(d, self.out_dir)
 
     def report(self, seen: Disagreement) -> Disagreement:
         """Save the disagreement as seen, shrink it keeping its class, save the shrunk
