@@ -97,7 +97,9 @@ def program_run(
     def run(on_progress: OnProgress) -> Tally:
         try:
             with opened(spec, Mode.STATEFUL) as runner:
-                return run_programs(runner, spec.label, plan, seconds, programs, on_progress)
+                tally = run_programs(runner, spec.label, plan, seconds, programs, on_progress)
+                tally.load_seconds = runner.load_seconds
+                return tally
         except KeyboardInterrupt:
             return Tally(spec.label, operations=0, interrupted=True)
 
@@ -135,6 +137,7 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "files": [str(path) for path in tally.files],
         "interrupted": tally.interrupted,
         "save_error": tally.save_error,
+        "load_seconds": None if tally.load_seconds is None else round(tally.load_seconds, 3),
     }
     if tally.operations is not None:
         report["operations"] = tally.operations
@@ -148,6 +151,21 @@ def exit_code(tally: Tally) -> int:
     return 1 if tally.disagreements or tally.found else 0
 
 
+SHOWN_LOAD = 1.0
+"""Seconds of loading from which the summary line says how long loading took."""
+
+
+def loading_text(tally: Tally) -> str:
+    """`` (loading the target took 12.7 s)`` when loading took :data:`SHOWN_LOAD` or more.
+
+    >>> loading_text(Tally("vllm", load_seconds=12.71)), loading_text(Tally("model"))
+    (' (loading the target took 12.7 s)', '')
+    """
+    if tally.load_seconds is None or tally.load_seconds < SHOWN_LOAD:
+        return ""
+    return f" (loading the target took {tally.load_seconds:.1f} s)"
+
+
 def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: TargetSpec) -> int:
     """Print the summary and the replay hint (or the JSON report); the exit code."""
     if as_json:
@@ -157,7 +175,7 @@ def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: 
         console.print(
             Text(
                 f"{tally.target}: {stopped}{tally.checked()} in {seconds:.1f} s: "
-                f"{counts_text(tally.counts)}"
+                f"{counts_text(tally.counts)}{loading_text(tally)}"
             )
         )
         if tally.files:

@@ -16,7 +16,7 @@ from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.targets.registry import default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, LOAD_TIMEOUT
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.spec import COMMAND_LABEL, TargetSpec
 
 REPLAY_OUT = "kvhit-disagreements"
 DEFAULT_STEPS = 20
@@ -51,10 +51,6 @@ def vllm_eagle_option() -> Decorator:
         "lookahead drafters the eagle drop (vLLM's disable_lookahead_block_hashes); the "
         "target is then named vllm[eagle=drop].",
     )
-
-
-COMMAND_LABEL = "cmd:"
-"""How a report's target label starts for a --target-cmd program (TargetSpec.label)."""
 
 
 def recorded_target(label: str, eagle: EaglePath) -> tuple[str | None, str | None, EaglePath]:

@@ -136,6 +136,7 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
         stop_at_first=campaign.stop_at_first,
         shrink_seconds=campaign.shrink_seconds,
     )
+    checker.tally.load_seconds = runner.load_seconds
     interrupted = False
     try:
         for phase in campaign.phases():
@@ -162,6 +163,8 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.interrupted |= tally.interrupted
         total.save_error = total.save_error or tally.save_error
         seen += zip(tally.found_at, tally.found, tally.saved)
+    loads = [t.load_seconds for t in tallies if t.load_seconds is not None]
+    total.load_seconds = max(loads, default=None)
     first: dict[str, tuple[tuple[int, int], Record, Path | None]] = {}
     for at, d, path in sorted(seen, key=lambda s: s[0]):
         first.setdefault(d.cls, (at, d, path))

@@ -52,7 +52,6 @@ from hypothesis.stateful import (
 )
 
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, sglang_partners
-from kvhit.harness.report import save
 from kvhit.harness.stateful import (
     ProgramDisagreement,
     ProgramRun,
@@ -314,6 +313,8 @@ class ProgramCampaign:
                     break
         except KeyboardInterrupt:
             self.tally.interrupted = True
+            if self.hunt is not None:  # cut short while shrinking: keep the best so far
+                self.keep(self.hunt.best)
         return self.tally
 
     def run_batch(self, batch: int, count: int) -> None:
@@ -353,9 +354,13 @@ class ProgramCampaign:
         try:
             found = replayed(self.runner, shrunk)
         finally:
-            out_dir = self.plan.out_dir
-            self.tally.found.append(found)
-            self.tally.saved.append(save(found, out_dir) if out_dir is not None else None)
+            self.keep(found)
+
+    def keep(self, found: ProgramDisagreement) -> None:
+        """Put ``found`` in the tally and save it (a failed save is said, not raised)."""
+        self.hunt = None
+        self.tally.found.append(found)
+        self.tally.saved.append(self.tally.keep(found, self.plan.out_dir))
 
 
 def replayed(runner: Runner, shrunk: ProgramDisagreement) -> ProgramDisagreement:

@@ -42,6 +42,7 @@ class Tally:
     saved: list[Path | None] = field(default_factory=list)
     interrupted: bool = False  # Ctrl-C stopped the run before its end
     save_error: str | None = None  # why a replay file could not be written
+    load_seconds: float | None = None  # loading the target (the slowest job's), if known
 
     def keep(self, d: Record, out_dir: Path | None) -> Path | None:
         """Save ``d`` into ``out_dir`` (None: nowhere); the path written, or None when

@@ -441,7 +441,12 @@ class IsolatedRunner(CommandRunner):
     def _start(self) -> subprocess.Popen[bytes]:
         start = time.monotonic()
         proc = super()._start()
-        line = self._read_line(proc, self.load_timeout)
+        try:
+            line = self._read_line(proc, self.load_timeout)
+        except BaseException:  # Ctrl-C while the worker loads: end the worker too
+            self.proc = proc
+            self.close(kill=True)
+            raise
         hello = json.loads(line) if line else None
         if not isinstance(hello, dict) or "ready" not in hello:
             self.proc = proc

@@ -34,6 +34,9 @@ from kvhit.targets.runner import (
 )
 from kvhit.targets.stateful import EngineHost
 
+COMMAND_LABEL = "cmd:"
+"""How a report's target label starts for a --target-cmd program (:attr:`TargetSpec.label`)."""
+
 
 @dataclass(frozen=True)
 class TargetSpec:
@@ -68,7 +71,7 @@ class TargetSpec:
     def label(self) -> str:
         """How reports name the target."""
         if self.name is None:
-            return f"cmd:{self.command}"
+            return f"{COMMAND_LABEL}{self.command}"
         return target_label(self.name, self.vllm_eagle)
 
     @property

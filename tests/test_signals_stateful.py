@@ -16,6 +16,8 @@ from test_harness_cli import HERE, kvhit
 from test_stateful import Recorder, admit, open_stateful, program
 
 from kvhit.cli.main import main
+from kvhit.harness import stateful_machine
+from kvhit.harness import tally as tally_module
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import Choice
 from kvhit.harness.stateful import disagreement_of, run_program
@@ -205,3 +207,39 @@ def test_ctrl_c_in_a_program_exits_130_with_what_was_found(tmp_path: Path) -> No
     with chdir(tmp_path):
         result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 130 and json.loads(result.stdout)["interrupted"] is True
+
+
+def read_only(*args: object) -> Path:
+    """A save on a read-only file system."""
+    raise OSError(30, "Read-only file system", "RO/.tmp-1.json")
+
+
+def test_a_save_that_fails_mid_run_keeps_the_finding_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tally_module, "save", read_only)
+    args = ["gate", "--stateful", "--target", STOLEN, "--json", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--cases", "200"], catch_exceptions=False)
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1, result.output
+    assert report["save_error"] == "RO/.tmp-1.json: Read-only file system"
+    assert report["files"] == [] and report["disagreements"][0]["class"] == "unsafe"
+
+
+def test_ctrl_c_while_shrinking_saves_the_shortest_program_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``size`` is asked only while shrinking, when a second failing program is
+    compared with the best so far: Ctrl-C there."""
+
+    def ctrl_c(*args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stateful_machine, "size", ctrl_c)
+    args = ["gate", "--stateful", "--target", STOLEN, "--json", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--cases", "200"], catch_exceptions=False)
+    report = json.loads(result.stdout)
+    assert result.exit_code == 130 and report["interrupted"] is True
+    assert [d["class"] for d in report["disagreements"]] == ["unsafe"]
+    saved, record = load_program_file(Path(report["files"][0]).read_text())
+    assert saved.ops and record["class"] == "unsafe"

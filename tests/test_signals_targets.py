@@ -7,9 +7,13 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import chdir
 from pathlib import Path
@@ -21,7 +25,7 @@ from kvhit.cli.main import main
 from kvhit.errors import TargetError
 from kvhit.targets import registry
 from kvhit.targets.registry import VLLM_HINT, BuiltIn
-from kvhit.targets.runner import CallableRunner, CommandRunner, captured
+from kvhit.targets.runner import CallableRunner, CommandRunner, IsolatedRunner, captured
 from kvhit.targets.spec import TargetSpec
 
 HERE = Path(__file__).parent
@@ -302,3 +306,37 @@ def test_a_module_given_as_a_path_is_told_its_module_name() -> None:
         TargetError, match=r"is a path; name the module, not its file: --target pkg.mod:f$"
     ):
         registry.load("./pkg/mod.py:f")
+
+
+def test_ctrl_c_while_a_worker_loads_ends_the_worker(tmp_path: Path) -> None:
+    """The worker writes its pid as it starts loading; Ctrl-C then reaches kvhit,
+    which must not leave the worker behind."""
+    pid_file = tmp_path / "worker.pid"
+    (tmp_path / "pid_target.py").write_text(
+        "import os\nimport time\n\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n\n\n"
+        "def lookup(query):\n    return None\n"
+    )
+
+    def ctrl_c_once_loading() -> None:
+        while not pid_file.exists() or not pid_file.read_text():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_loading, daemon=True).start()
+    with chdir(tmp_path), pytest.raises(KeyboardInterrupt):
+        IsolatedRunner("pid_target:lookup", timeout=5.0, load_timeout=120.0)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+@pytest.mark.parametrize("how", HOW, ids=["in-process", "two-jobs", "isolated"])
+def test_the_report_says_how_long_loading_took(how: tuple[str, ...], tmp_path: Path) -> None:
+    target = slow_module(tmp_path, 1.5)
+    args = ("--target", target, "--cases", "20", *how)
+    run = cli("fuzz", *args, "--json", cwd=tmp_path)
+    assert run.exit_code == 0 and json.loads(run.stdout)["load_seconds"] >= 1.5
+    for name in ("slow_target", "slow_part"):  # imported again by the next run
+        sys.modules.pop(name, None)
+    run = cli("fuzz", *args, cwd=tmp_path)
+    assert re.search(r"\(loading the target took \d+\.\d s\)", run.stdout), run.stdout
