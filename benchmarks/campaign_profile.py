@@ -1,7 +1,11 @@
 """Where a campaign's time goes: one job of ``kvhit fuzz``, sampled, by whose code runs.
 
-Run: ``python benchmarks/campaign_profile.py [--target vllm] [--cases N]`` (the vLLM
-target in the vLLM environment). The campaign runs in this process, as one job does,
+Run: ``python benchmarks/campaign_profile.py [--target vllm] [--cases N] [--campaign
+fuzz|gate]`` (the vLLM target in the vLLM environment). The campaign is ``kvhit
+fuzz``'s N random queries, or with ``gate`` the gate's cases as ``kvhit matrix`` runs
+them on each release (the exhaustive scopes, the solver corpus, then N random: there
+the same shapes of query come back, and the vLLM target keeps their coordinators).
+The campaign runs in this process, as one job does,
 while a second thread looks at the job's stack every millisecond and counts the
 sample for the innermost frame that belongs to one of these parts:
 
@@ -10,7 +14,9 @@ sample for the innermost frame that belongs to one of these parts:
   adapter calls to build the query's state (configs, coordinator, block pool, cached
   blocks); for the impl, its block hashing apart from the rest;
 - *adapter*: kvhit's own code that turns a query into the engine's state;
-- *reference*: the model (L*, validity, the finders) that judges each answer;
+- *protocol*: reading the query from its JSON form, as every target is handed it;
+- *reference*: the model (L*, validity, the finders) that judges each answer, and
+  builds the queries of the exhaustive scopes;
 - *harness*: drawing queries, calling the target, judging, counting, shrinking;
 - *torch*.
 
@@ -43,7 +49,7 @@ import kvhit.engines
 import kvhit.harness
 import kvhit.impl
 import kvhit.model
-from kvhit.harness.gate import random_phases
+from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
 from kvhit.harness.random_cases import CHOICES
 from kvhit.targets.spec import TargetSpec
@@ -55,11 +61,12 @@ def folder(module: ModuleType) -> str:
 
 
 VLLM = os.sep + "vllm" + os.sep
-PARTS = (
+PARTS = (  # the first marker in a file's path names its part (kvhit's engines/vllm/ before vLLM)
+    (folder(kvhit.engines), "adapter"),
     (VLLM, "vLLM"),
     (folder(kvhit.impl) + "hashing.py", "the target (impl): block hashing"),
     (folder(kvhit.impl), "the target (impl): the rest"),
-    (folder(kvhit.engines), "adapter"),
+    (folder(kvhit.model) + "protocol.py", "protocol: the query read from JSON"),
     (folder(kvhit.model), "reference"),
     (folder(kvhit.harness), "harness"),
     (folder(kvhit), "harness"),
@@ -99,13 +106,19 @@ class Sampler(threading.Thread):
             self.counts[part_of(sys._current_frames().get(self.watched))] += 1
 
 
-def profile(target: str, cases: int) -> tuple[float, Counter[str]]:
-    """Seconds of one job's ``cases`` random cases, unsampled, and the samples of
-    each part in a second run of the same cases."""
-    phases = partial(random_phases, 0, 8, CHOICES, None, cases)
-    campaign = CaseCampaign(TargetSpec(target, timeout=60.0), phases)
+CAMPAIGNS = {
+    "fuzz": lambda cases: partial(random_phases, 0, 8, CHOICES, None, cases),
+    "gate": lambda cases: partial(gate_phases, 86_400.0, 0, 8, CHOICES, cases),
+}
+"""Each campaign's phases for ``cases`` random cases."""
+
+
+def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Counter[str]]:
+    """Seconds of one job of campaign ``name`` with ``cases`` random cases, unsampled,
+    the cases it checked, and the samples of each part in a second run of them."""
+    campaign = CaseCampaign(TargetSpec(target, timeout=60.0), CAMPAIGNS[name](cases))
     start = time.perf_counter()
-    run_job(campaign, 0, 1, lambda _: None)
+    checked = run_job(campaign, 0, 1, lambda _: None).cases
     seconds = time.perf_counter() - start
     sampler = Sampler(threading.get_ident())
     switch = sys.getswitchinterval()
@@ -115,23 +128,24 @@ def profile(target: str, cases: int) -> tuple[float, Counter[str]]:
     sampler.done.set()
     sampler.join()
     sys.setswitchinterval(switch)
-    return seconds, sampler.counts
+    return seconds, checked, sampler.counts
 
 
 @click.command()
 @click.option("--target", default="impl", show_default=True)
 @click.option("--cases", default=5000, show_default=True, help="random cases")
-def main(target: str, cases: int) -> None:
+@click.option("--campaign", type=click.Choice(sorted(CAMPAIGNS)), default="fuzz", show_default=True)
+def main(target: str, cases: int, campaign: str) -> None:
     """Print each part's share of one job's time."""
-    seconds, counts = profile(target, cases)
+    seconds, checked, counts = profile(target, cases, campaign)
     total = sum(counts.values())
-    title = f"fuzz --target {target} --cases {cases:,}, one job: {seconds:.2f} s"
+    title = f"{campaign} --target {target} --cases {cases:,}, one job: {checked:,} cases in {seconds:.2f} s"
     table = Table(title=f"{title} ({total:,} samples)")
     for column in ("part", "share", "per case (µs)"):
         table.add_column(column, justify="left" if column == "part" else "right")
     for part, samples in counts.most_common():
         share = samples / total
-        table.add_row(part, f"{share:.0%}", f"{share * seconds / cases * 1e6:,.0f}")
+        table.add_row(part, f"{share:.0%}", f"{share * seconds / checked * 1e6:,.0f}")
     Console(width=120).print(table)
 
 

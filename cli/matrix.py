@@ -270,7 +270,7 @@ def documented_classes(release: str, target: str) -> set[ReplyClass]:
     """The classes the documented divergences of ``release`` give against ``target``
     (none against ``vllm-undocumented``, which answers their states ``unsupported``).
 
-    >>> sorted(documented_classes("0.14.0", "vllm")), documented_classes("0.14.0", UNDOCUMENTED)
+    >>> sorted(map(str, documented_classes("0.14.0", "vllm"))), documented_classes("0.14.0", UNDOCUMENTED)
     (['lost_reuse', 'unsafe', 'wrong_blocks'], set())
     """
     if target == UNDOCUMENTED:
