@@ -12,7 +12,8 @@ sample for the innermost frame that belongs to one of these parts:
 - *the target*: the engine under test. For vLLM, split into its
   ``find_longest_cache_hit`` (the lookup under test) and everything else of vLLM the
   adapter calls to build the query's state (configs, coordinator, block pool, cached
-  blocks); for the impl, its block hashing apart from the rest;
+  blocks); for SGLang the same, its lookup being ``match_prefix``; for the impl, its
+  block hashing apart from the rest;
 - *adapter*: kvhit's own code that turns a query into the engine's state;
 - *protocol*: reading the query from its JSON form, as every target is handed it;
 - *reference*: the model (L*, validity, the finders) that judges each answer, and
@@ -52,6 +53,7 @@ import kvhit.model
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
 from kvhit.harness.random_cases import CHOICES
+from kvhit.targets.registry import default_shape
 from kvhit.targets.spec import TargetSpec
 
 
@@ -64,6 +66,7 @@ VLLM = os.sep + "vllm" + os.sep
 PARTS = (  # the first marker in a file's path names its part (kvhit's engines/vllm/ before vLLM)
     (folder(kvhit.engines), "adapter"),
     (VLLM, "vLLM"),
+    (os.sep + "sglang" + os.sep, "SGLang"),
     (folder(kvhit.impl) + "hashing.py", "the target (impl): block hashing"),
     (folder(kvhit.impl), "the target (impl): the rest"),
     (folder(kvhit.model) + "protocol.py", "protocol: the query read from JSON"),
@@ -72,24 +75,26 @@ PARTS = (  # the first marker in a file's path names its part (kvhit's engines/v
     (folder(kvhit), "harness"),
     (os.sep + "torch" + os.sep, "torch"),
 )
-LOOKUP = "the target (vLLM): find_longest_cache_hit"
-BUILD = "the target (vLLM): building the query's state"
+LOOKUPS = {"vLLM": "find_longest_cache_hit", "SGLang": "match_prefix"}
+"""Each engine's lookup under test, counted apart from building the query's state."""
 INTERVAL = 0.001
 """Seconds between samples."""
 
 
 def part_of(frame: FrameType | None) -> str:
-    """The part a sampled stack counts for: that of its innermost frame in a part
-    (vLLM's split by whether its lookup is on the stack)."""
+    """The part a sampled stack counts for: that of its innermost frame in a part (an
+    engine's split by whether its lookup is on the stack)."""
     part = None
     while frame is not None:
         filename = frame.f_code.co_filename
         if part is None:
             part = next((name for marker, name in PARTS if marker in filename), None)
-        if part == "vLLM" and frame.f_code.co_name == "find_longest_cache_hit":
-            return LOOKUP
+        if part in LOOKUPS and frame.f_code.co_name == LOOKUPS[part]:
+            return f"the target ({part}): {LOOKUPS[part]}"
         frame = frame.f_back
-    return BUILD if part == "vLLM" else part or "the rest"
+    if part in LOOKUPS:
+        return f"the target ({part}): building the query's state"
+    return part or "the rest"
 
 
 class Sampler(threading.Thread):
@@ -107,16 +112,18 @@ class Sampler(threading.Thread):
 
 
 CAMPAIGNS = {
-    "fuzz": lambda cases: partial(random_phases, 0, 8, CHOICES, None, cases),
-    "gate": lambda cases: partial(gate_phases, 86_400.0, 0, 8, CHOICES, cases),
+    "fuzz": lambda cases, shape: partial(random_phases, 0, 8, CHOICES, None, cases, shape),
+    "gate": lambda cases, shape: partial(gate_phases, 86_400.0, 0, 8, CHOICES, cases, shape),
 }
-"""Each campaign's phases for ``cases`` random cases."""
+"""Each campaign's phases for ``cases`` random cases of a shape (the target's own:
+SGLang's states for ``sglang``)."""
 
 
 def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Counter[str]]:
     """Seconds of one job of campaign ``name`` with ``cases`` random cases, unsampled,
     the cases it checked, and the samples of each part in a second run of them."""
-    campaign = CaseCampaign(TargetSpec(target, timeout=60.0), CAMPAIGNS[name](cases))
+    phases = CAMPAIGNS[name](cases, default_shape(target))
+    campaign = CaseCampaign(TargetSpec(target, timeout=60.0), phases)
     start = time.perf_counter()
     checked = run_job(campaign, 0, 1, lambda _: None).cases
     seconds = time.perf_counter() - start
