@@ -4,7 +4,8 @@ Run: ``python benchmarks/campaign_profile.py [--target vllm] [--cases N] [--camp
 fuzz|gate]`` (the vLLM target in the vLLM environment). The campaign is ``kvhit
 fuzz``'s N random queries, or with ``gate`` the gate's cases as ``kvhit matrix`` runs
 them on each release (the exhaustive scopes, the solver corpus, then N random: there
-the same shapes of query come back, and the vLLM target keeps their coordinators).
+the same shapes of query come back, and the vLLM target keeps their coordinators), or
+with ``stateful`` N programs of requests on the target's stateful engine.
 The campaign runs in this process, as one job does,
 while a second thread looks at the job's stack every millisecond and counts the
 sample for the innermost frame that belongs to one of these parts:
@@ -37,6 +38,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -52,8 +54,9 @@ import kvhit.impl
 import kvhit.model
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
-from kvhit.harness.random_cases import CHOICES
-from kvhit.targets.registry import default_shape
+from kvhit.harness.random_cases import CHOICES, QueryShape
+from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.spec import TargetSpec
 
 
@@ -119,19 +122,39 @@ CAMPAIGNS = {
 SGLang's states for ``sglang``)."""
 
 
+def campaign_run(target: str, cases: int, name: str) -> Callable[[], int]:
+    """One run of campaign ``name`` against ``target`` in this thread, as one job runs
+    it; the run returns how many cases (programs, for ``stateful``) it checked."""
+    spec = TargetSpec(target, timeout=60.0)
+    shape = QueryShape(default_shape(target))
+    if name == "stateful":
+        plan = ProgramPlan(shape=shape, stop_at_first=False)
+
+        def programs() -> int:
+            runner = spec.open(Mode.STATEFUL)
+            try:
+                return run_programs(runner, spec.label, plan, programs=cases).cases
+            finally:
+                runner.close()
+
+        return programs
+    campaign = CaseCampaign(spec, CAMPAIGNS[name](cases, shape))
+    return lambda: run_job(campaign, 0, 1, lambda _: None).cases
+
+
 def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Counter[str]]:
-    """Seconds of one job of campaign ``name`` with ``cases`` random cases, unsampled,
-    the cases it checked, and the samples of each part in a second run of them."""
-    phases = CAMPAIGNS[name](cases, default_shape(target))
-    campaign = CaseCampaign(TargetSpec(target, timeout=60.0), phases)
+    """Seconds of one run of campaign ``name`` with ``cases`` random cases (or
+    programs), unsampled, the cases it checked, and the samples of each part in a
+    second run of them."""
+    run = campaign_run(target, cases, name)
     start = time.perf_counter()
-    checked = run_job(campaign, 0, 1, lambda _: None).cases
+    checked = run()
     seconds = time.perf_counter() - start
     sampler = Sampler(threading.get_ident())
     switch = sys.getswitchinterval()
     sys.setswitchinterval(INTERVAL / 4)  # let the sampler in on time
     sampler.start()
-    run_job(campaign, 0, 1, lambda _: None)
+    run()
     sampler.done.set()
     sampler.join()
     sys.setswitchinterval(switch)
@@ -141,14 +164,21 @@ def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Co
 @click.command()
 @click.option("--target", default="impl", show_default=True)
 @click.option("--cases", default=5000, show_default=True, help="random cases")
-@click.option("--campaign", type=click.Choice(sorted(CAMPAIGNS)), default="fuzz", show_default=True)
+@click.option(
+    "--campaign",
+    type=click.Choice([*sorted(CAMPAIGNS), "stateful"]),
+    default="fuzz",
+    show_default=True,
+    help="stateful: --cases programs of requests on the target's stateful engine",
+)
 def main(target: str, cases: int, campaign: str) -> None:
     """Print each part's share of one job's time."""
     seconds, checked, counts = profile(target, cases, campaign)
     total = sum(counts.values())
-    title = f"{campaign} --target {target} --cases {cases:,}, one job: {checked:,} cases in {seconds:.2f} s"
-    table = Table(title=f"{title} ({total:,} samples)")
-    for column in ("part", "share", "per case (µs)"):
+    unit = "program" if campaign == "stateful" else "case"
+    title = f"{campaign} --target {target} --cases {cases:,}, one job: {checked:,} {unit}s"
+    table = Table(title=f"{title} in {seconds:.2f} s ({total:,} samples)")
+    for column in ("part", "share", f"per {unit} (µs)"):
         table.add_column(column, justify="left" if column == "part" else "right")
     for part, samples in counts.most_common():
         share = samples / total
