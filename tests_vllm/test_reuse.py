@@ -30,8 +30,8 @@ from kvhit.harness.random_cases import CHOICES
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 
-RANDOM_CASES = 3000
-SCOPE_CASES = 6000
+RANDOM_CASES = 2000
+SCOPE_CASES = 3000
 
 
 def campaign() -> Iterator[Query]:

@@ -68,7 +68,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from functools import cache, reduce
+from functools import lru_cache, reduce
 from math import gcd, lcm
 from types import SimpleNamespace
 from typing import Any
@@ -284,12 +284,12 @@ def request(num_tokens: int) -> SimpleNamespace:
     )
 
 
-@cache
+@lru_cache(maxsize=64)
 def request_hashes(num_tokens: int, block_size: int, lookahead: int = 0) -> tuple[BlockHash, ...]:
     """The chained block hashes vLLM's own request hasher gives a request of tokens
     0 … num_tokens-1; with ``lookahead`` La (0.33+), each also covers the La tokens after
     its block, so only blocks ending by num_tokens - La have one. The same arguments
-    give the same hashes in a process, so each request is hashed once.
+    give the same hashes in a process, so the last 64 requests are kept, not hashed again.
 
     >>> len(request_hashes(10, 4))  # only whole blocks are hashed
     2
