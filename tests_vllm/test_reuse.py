@@ -11,6 +11,7 @@ from dataclasses import fields
 from itertools import islice
 from typing import Any
 
+import pytest
 from vllm.v1.core.block_pool import BlockHashToBlockMap, BlockPool
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 
@@ -25,10 +26,14 @@ from kvhit.engines.vllm.target import (
     reset_pool,
 )
 from kvhit.errors import Unsupported
+from kvhit.harness import checker as checker_module
+from kvhit.harness.checker import CaseChecker
+from kvhit.harness.compare import ReplyClass
 from kvhit.harness.gate import corpus_cases, exhaustive_cases, random_cases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
+from kvhit.targets.spec import TargetSpec
 
 RANDOM_CASES = 2000
 SCOPE_CASES = 3000
@@ -135,3 +140,18 @@ def test_a_kept_coordinator_answers_every_case_as_a_fresh_one() -> None:
     assert cases > SCOPE_CASES + RANDOM_CASES
     assert kept.kept, "no coordinator was kept"
     assert not fresh.kept
+
+
+def test_a_reply_without_an_answer_is_judged_without_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_reference(q: Query) -> None:
+        raise AssertionError("L* worked out for a reply that holds no answer")
+
+    monkeypatch.setattr(checker_module, "longest_hit", no_reference)
+    checker = CaseChecker(TargetSpec("vllm").open(), "vllm")
+    refused = parse_query(  # vLLM aligns a single group's hits to its block: refused
+        {"groups": [{"kind": "full", "block_size": 2}], "cached": ["11"], "max_length": 4}
+        | {"alignment": 4}
+    )
+    assert checker.check(refused).cls == ReplyClass.UNSUPPORTED
