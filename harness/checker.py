@@ -25,7 +25,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from kvhit.harness.compare import Outcome, judge_reply
+from kvhit.harness.compare import Outcome, judge_reply, unanswered
 from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
 from kvhit.harness.tally import Tally
@@ -81,9 +81,12 @@ class CaseChecker:
         self.tally = Tally(self.target)
 
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
-        """Run the target on ``q`` and classify its reply; also the raw answer."""
+        """Run the target on ``q`` and classify its reply; also the raw answer. L* is
+        worked out (when not given) only for a reply that holds an answer."""
         reply = self.runner(q.to_json())
-        outcome = judge_reply(q, reply, best if best is not None else longest_hit(q))
+        outcome = unanswered(reply)
+        if outcome is None:
+            outcome = judge_reply(q, reply, best if best is not None else longest_hit(q))
         return outcome, reply.value
 
     def check(self, q: Query, best: Answer | None = None) -> Outcome:
