@@ -1,16 +1,24 @@
 """Where a campaign's time goes: one job of ``kvhit fuzz``, sampled, by whose code runs.
 
-Run: ``python benchmarks/campaign_profile.py [--target vllm] [--cases N]`` (the vLLM
-target in the vLLM environment). The campaign runs in this process, as one job does,
+Run: ``python benchmarks/campaign_profile.py [--target vllm] [--cases N] [--campaign
+fuzz|gate]`` (the vLLM target in the vLLM environment). The campaign is ``kvhit
+fuzz``'s N random queries, or with ``gate`` the gate's cases as ``kvhit matrix`` runs
+them on each release (the exhaustive scopes, the solver corpus, then N random: there
+the same shapes of query come back, and the vLLM target keeps their coordinators), or
+with ``stateful`` N programs of requests on the target's stateful engine.
+The campaign runs in this process, as one job does,
 while a second thread looks at the job's stack every millisecond and counts the
 sample for the innermost frame that belongs to one of these parts:
 
 - *the target*: the engine under test. For vLLM, split into its
   ``find_longest_cache_hit`` (the lookup under test) and everything else of vLLM the
   adapter calls to build the query's state (configs, coordinator, block pool, cached
-  blocks); for the impl, its block hashing apart from the rest;
+  blocks); for SGLang the same, its lookup being ``match_prefix``; for the impl, its
+  block hashing apart from the rest;
 - *adapter*: kvhit's own code that turns a query into the engine's state;
-- *reference*: the model (L*, validity, the finders) that judges each answer;
+- *protocol*: reading the query from its JSON form, as every target is handed it;
+- *reference*: the model (L*, validity, the finders) that judges each answer, and
+  builds the queries of the exhaustive scopes;
 - *harness*: drawing queries, calling the target, judging, counting, shrinking;
 - *torch*.
 
@@ -30,6 +38,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -43,9 +52,11 @@ import kvhit.engines
 import kvhit.harness
 import kvhit.impl
 import kvhit.model
-from kvhit.harness.gate import random_phases
+from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
-from kvhit.harness.random_cases import CHOICES
+from kvhit.harness.random_cases import CHOICES, QueryShape
+from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.spec import TargetSpec
 
 
@@ -55,34 +66,38 @@ def folder(module: ModuleType) -> str:
 
 
 VLLM = os.sep + "vllm" + os.sep
-PARTS = (
+PARTS = (  # the first marker in a file's path names its part (kvhit's engines/vllm/ before vLLM)
+    (folder(kvhit.engines), "adapter"),
     (VLLM, "vLLM"),
+    (os.sep + "sglang" + os.sep, "SGLang"),
     (folder(kvhit.impl) + "hashing.py", "the target (impl): block hashing"),
     (folder(kvhit.impl), "the target (impl): the rest"),
-    (folder(kvhit.engines), "adapter"),
+    (folder(kvhit.model) + "protocol.py", "protocol: the query read from JSON"),
     (folder(kvhit.model), "reference"),
     (folder(kvhit.harness), "harness"),
     (folder(kvhit), "harness"),
     (os.sep + "torch" + os.sep, "torch"),
 )
-LOOKUP = "the target (vLLM): find_longest_cache_hit"
-BUILD = "the target (vLLM): building the query's state"
+LOOKUPS = {"vLLM": "find_longest_cache_hit", "SGLang": "match_prefix"}
+"""Each engine's lookup under test, counted apart from building the query's state."""
 INTERVAL = 0.001
 """Seconds between samples."""
 
 
 def part_of(frame: FrameType | None) -> str:
-    """The part a sampled stack counts for: that of its innermost frame in a part
-    (vLLM's split by whether its lookup is on the stack)."""
+    """The part a sampled stack counts for: that of its innermost frame in a part (an
+    engine's split by whether its lookup is on the stack)."""
     part = None
     while frame is not None:
         filename = frame.f_code.co_filename
         if part is None:
             part = next((name for marker, name in PARTS if marker in filename), None)
-        if part == "vLLM" and frame.f_code.co_name == "find_longest_cache_hit":
-            return LOOKUP
+        if part in LOOKUPS and frame.f_code.co_name == LOOKUPS[part]:
+            return f"the target ({part}): {LOOKUPS[part]}"
         frame = frame.f_back
-    return BUILD if part == "vLLM" else part or "the rest"
+    if part in LOOKUPS:
+        return f"the target ({part}): building the query's state"
+    return part or "the rest"
 
 
 class Sampler(threading.Thread):
@@ -99,39 +114,75 @@ class Sampler(threading.Thread):
             self.counts[part_of(sys._current_frames().get(self.watched))] += 1
 
 
-def profile(target: str, cases: int) -> tuple[float, Counter[str]]:
-    """Seconds of one job's ``cases`` random cases, unsampled, and the samples of
-    each part in a second run of the same cases."""
-    phases = partial(random_phases, 0, 8, CHOICES, None, cases)
-    campaign = CaseCampaign(TargetSpec(target, timeout=60.0), phases)
+CAMPAIGNS = {
+    "fuzz": lambda cases, shape: partial(random_phases, 0, 8, CHOICES, None, cases, shape),
+    "gate": lambda cases, shape: partial(gate_phases, 86_400.0, 0, 8, CHOICES, cases, shape),
+}
+"""Each campaign's phases for ``cases`` random cases of a shape (the target's own:
+SGLang's states for ``sglang``)."""
+
+
+def campaign_run(target: str, cases: int, name: str) -> Callable[[], int]:
+    """One run of campaign ``name`` against ``target`` in this thread, as one job runs
+    it; the run returns how many cases (programs, for ``stateful``) it checked."""
+    spec = TargetSpec(target, timeout=60.0)
+    shape = QueryShape(default_shape(target))
+    if name == "stateful":
+        plan = ProgramPlan(shape=shape, stop_at_first=False)
+
+        def programs() -> int:
+            runner = spec.open(Mode.STATEFUL)
+            try:
+                return run_programs(runner, spec.label, plan, programs=cases).cases
+            finally:
+                runner.close()
+
+        return programs
+    campaign = CaseCampaign(spec, CAMPAIGNS[name](cases, shape))
+    return lambda: run_job(campaign, 0, 1, lambda _: None).cases
+
+
+def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Counter[str]]:
+    """Seconds of one run of campaign ``name`` with ``cases`` random cases (or
+    programs), unsampled, the cases it checked, and the samples of each part in a
+    second run of them."""
+    run = campaign_run(target, cases, name)
     start = time.perf_counter()
-    run_job(campaign, 0, 1, lambda _: None)
+    checked = run()
     seconds = time.perf_counter() - start
     sampler = Sampler(threading.get_ident())
     switch = sys.getswitchinterval()
     sys.setswitchinterval(INTERVAL / 4)  # let the sampler in on time
     sampler.start()
-    run_job(campaign, 0, 1, lambda _: None)
+    run()
     sampler.done.set()
     sampler.join()
     sys.setswitchinterval(switch)
-    return seconds, sampler.counts
+    return seconds, checked, sampler.counts
 
 
 @click.command()
 @click.option("--target", default="impl", show_default=True)
 @click.option("--cases", default=5000, show_default=True, help="random cases")
-def main(target: str, cases: int) -> None:
+@click.option(
+    "--campaign",
+    type=click.Choice([*sorted(CAMPAIGNS), "stateful"]),
+    default="fuzz",
+    show_default=True,
+    help="stateful: --cases programs of requests on the target's stateful engine",
+)
+def main(target: str, cases: int, campaign: str) -> None:
     """Print each part's share of one job's time."""
-    seconds, counts = profile(target, cases)
+    seconds, checked, counts = profile(target, cases, campaign)
     total = sum(counts.values())
-    title = f"fuzz --target {target} --cases {cases:,}, one job: {seconds:.2f} s"
-    table = Table(title=f"{title} ({total:,} samples)")
-    for column in ("part", "share", "per case (µs)"):
+    unit = "program" if campaign == "stateful" else "case"
+    title = f"{campaign} --target {target} --cases {cases:,}, one job: {checked:,} {unit}s"
+    table = Table(title=f"{title} in {seconds:.2f} s ({total:,} samples)")
+    for column in ("part", "share", f"per {unit} (µs)"):
         table.add_column(column, justify="left" if column == "part" else "right")
     for part, samples in counts.most_common():
         share = samples / total
-        table.add_row(part, f"{share:.0%}", f"{share * seconds / cases * 1e6:,.0f}")
+        table.add_row(part, f"{share:.0%}", f"{share * seconds / checked * 1e6:,.0f}")
     Console(width=120).print(table)
 
 

@@ -27,15 +27,17 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from kvhit.cli.display import campaign_bar, counts_text
 from kvhit.cli.options import (
     RunSettings,
+    TargetChoice,
     check_kinds,
     refuse_with_stateful,
     run_options,
     stateful_options,
-    target_options,
+    target_choice_options,
 )
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness import exhaustive
@@ -48,8 +50,9 @@ from kvhit.harness.random_cases import CHOICES
 from kvhit.harness.report import Disagreement, Record, junit_xml, load_disagreement
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.harness.strategies import hypothesis_files_in
 from kvhit.harness.tally import OnProgress, Tally
-from kvhit.inputs import read_queries, read_text
+from kvhit.inputs import read_queries, read_text, writable
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
 from kvhit.targets.registry import Mode
@@ -88,11 +91,17 @@ def case_run(options: RunSettings, phases: Callable[[], list[Phase]], stop_at_fi
 def program_run(
     spec: TargetSpec, plan: ProgramPlan, seconds: float | None, programs: int | None
 ) -> Run:
-    """The campaign of programs on the stateful target ``spec``, in this process."""
+    """The campaign of programs on the stateful target ``spec``, in this process;
+    Ctrl-C while the engine loads ends it with nothing run, interrupted."""
 
     def run(on_progress: OnProgress) -> Tally:
-        with opened(spec, Mode.STATEFUL) as runner:
-            return run_programs(runner, spec.label, plan, seconds, programs, on_progress)
+        try:
+            with opened(spec, Mode.STATEFUL) as runner:
+                tally = run_programs(runner, spec.label, plan, seconds, programs, on_progress)
+                tally.load_seconds = runner.load_seconds
+                return tally
+        except KeyboardInterrupt:
+            return Tally(spec.label, operations=0, interrupted=True)
 
     return run
 
@@ -110,8 +119,9 @@ def run_with_progress(
             raise BadInput(str(err)) from None
         done(tally)
     for d, path in zip(tally.found, tally.saved):
-        console.print(f"[bold red]{d.cls}[/bold red] saved to {path}")
-        console.print(d.render(), markup=False)
+        where = f" saved to {path}" if path else f" not saved: {tally.save_error}"
+        console.print(Text.assemble((d.cls, "bold red"), where))
+        console.print(Text(d.render()))
     return tally, time.monotonic() - start
 
 
@@ -126,6 +136,8 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "disagreements": [d.to_json() for d in tally.found],
         "files": [str(path) for path in tally.files],
         "interrupted": tally.interrupted,
+        "save_error": tally.save_error,
+        "load_seconds": None if tally.load_seconds is None else round(tally.load_seconds, 3),
     }
     if tally.operations is not None:
         report["operations"] = tally.operations
@@ -139,6 +151,21 @@ def exit_code(tally: Tally) -> int:
     return 1 if tally.disagreements or tally.found else 0
 
 
+SHOWN_LOAD = 1.0
+"""Seconds of loading from which the summary line says how long loading took."""
+
+
+def loading_text(tally: Tally) -> str:
+    """`` (loading the target took 12.7 s)`` when loading took :data:`SHOWN_LOAD` or more.
+
+    >>> loading_text(Tally("vllm", load_seconds=12.71)), loading_text(Tally("model"))
+    (' (loading the target took 12.7 s)', '')
+    """
+    if tally.load_seconds is None or tally.load_seconds < SHOWN_LOAD:
+        return ""
+    return f" (loading the target took {tally.load_seconds:.1f} s)"
+
+
 def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: TargetSpec) -> int:
     """Print the summary and the replay hint (or the JSON report); the exit code."""
     if as_json:
@@ -146,15 +173,37 @@ def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: 
     else:
         stopped = "interrupted after " if tally.interrupted else ""
         console.print(
-            f"{tally.target}: {stopped}{tally.checked()} in {seconds:.1f} s: "
-            f"{counts_text(tally.counts)}"
+            Text(
+                f"{tally.target}: {stopped}{tally.checked()} in {seconds:.1f} s: "
+                f"{counts_text(tally.counts)}{loading_text(tally)}"
+            )
         )
         if tally.files:
             files = " ".join(shlex.quote(str(path)) for path in tally.files)
-            console.print(f"replay with: kvhit replay {files} {spec.replay_flag}")
-        else:
+            console.print(Text(f"replay with: kvhit replay {files} {spec.replay_flag}"))
+        elif not tally.found:
             console.print("no disagreement found")
+        if tally.save_error:
+            console.print(Text(f"could not save a replay file: {tally.save_error}"))
     return exit_code(tally)
+
+
+@contextmanager
+def files_only_in(out: Path, junit: str | None) -> Iterator[None]:
+    """A run that writes files only where the user asked: --out (and --junit's folder)
+    made and checked writable before any work (BadInput if not), Hypothesis' own
+    files in a temporary directory, and --out removed again when this run made it and
+    saved nothing there."""
+    if junit:
+        writable(Path(junit).parent, "--junit")
+    made = not out.exists()
+    writable(out, "--out")
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvhit-") as tmp, hypothesis_files_in(Path(tmp)):
+            yield
+    finally:
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
 
 
 def run_and_report(
@@ -167,7 +216,8 @@ def run_and_report(
     """Run the campaign (of programs, if ``stateful``) with progress, write ``junit``,
     print the report and exit with :func:`exit_code`."""
     console = Console(stderr=options.as_json, highlight=False, soft_wrap=True)
-    tally, took = run_with_progress(run, console, description(options, stateful), total)
+    with files_only_in(Path(options.out), junit):
+        tally, took = run_with_progress(run, console, description(options, stateful), total)
     if junit:
         Path(junit).write_text(junit_xml(tally.target, tally.checked(), took, tally.found))
     sys.exit(report(tally, took, options.as_json, console, options.spec))
@@ -258,6 +308,7 @@ def fuzz(
     scope_file: str | None,
     stateful: bool,
     steps: int,
+    prompt_tokens: int | None,
 ) -> None:
     """Check random queries against the reference until --seconds pass or --cases are done
     (or, with --every-state, every cache state of the given groups).
@@ -275,7 +326,7 @@ def fuzz(
         plan = ProgramPlan(
             picked,
             o.drawn_shape(),
-            max_tokens=2 * max_blocks,
+            max_tokens=prompt_tokens or 2 * max_blocks,
             steps=steps,
             seed=o.seed,
             stop_at_first=False,
@@ -308,6 +359,7 @@ def gate(
     keep_going: bool,
     stateful: bool,
     steps: int,
+    prompt_tokens: int | None,
 ) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
     (of --shape) for --seconds (default 20). Stops at the first disagreement unless
@@ -318,6 +370,7 @@ def gate(
         refuse_with_stateful(isolate=o.spec.isolate, ray=o.ray_address)
         plan = ProgramPlan(
             shape=o.drawn_shape(),
+            max_tokens=prompt_tokens or ProgramPlan.max_tokens,
             steps=steps,
             seed=o.seed,
             stop_at_first=not keep_going,
@@ -334,53 +387,84 @@ def gate(
 def replayed(
     name: str, saved: str | None, d: Record, disagrees: bool, now: str, as_json: bool
 ) -> None:
-    """Say how a replayed file ends now: its record as JSON, the drawing of what still
-    disagrees, or ``now``."""
+    """Say how a replayed file ends now: its record as JSON, the drawing of what
+    disagrees (``still``, when the file was saved as a disagreement), or ``now``."""
     was = f" (saved as {saved})" if saved else ""
     if as_json:
         click.echo(json.dumps({"file": name, "saved_class": saved, **d.to_json()}))
     elif disagrees:
-        click.echo(f"{name}: still {d.cls}{was}\n{d.render()}")
+        said = f"still {d.cls}{was}" if saved else f"{d.cls} now"
+        click.echo(f"{name}: {said}\n{d.render()}")
     else:
         click.echo(f"{name}: {now}{was}")
 
 
+def replay_file(name: str) -> tuple[Mode, Any, dict[str, Any]]:
+    """A file to replay: a stateful program (``Mode.STATEFUL``) or a query
+    (``Mode.LOOKUP``), and its saved record ({} when nothing was saved); BadInput
+    naming the file."""
+    text = read_text(name)
+    try:
+        if is_program_file(text):
+            return (Mode.STATEFUL, *load_program_file(text))
+        return (Mode.LOOKUP, *load_disagreement(text))
+    except QueryError as err:
+        raise BadInput(f"{name}: {err}") from None
+
+
+def replay_target(name: str, record: dict[str, Any], choice: TargetChoice) -> TargetSpec:
+    """The target to replay file ``name`` on: the one given, else the one its record
+    names (said on stderr); BadInput if neither names one."""
+    if choice.given:
+        return choice.spec()
+    recorded = record.get("target")
+    if not isinstance(recorded, str):
+        raise BadInput(f"{name} records no target: give --target or --target-cmd")
+    spec = choice.spec(recorded)
+    click.echo(f"{name}: replayed on {spec.replay_flag}, the target it records", err=True)
+    return spec
+
+
+def replay_program(runner: Runner, spec: TargetSpec, program: Any) -> tuple[Record, bool, str]:
+    """Run a stateful program again: what it shows now, whether it disagrees, and
+    what to say when it does not."""
+    steps = run_program(runner, program)
+    p = disagreement_of(spec.label, program, steps)
+    return p, p.last.outcome.disagrees, f"every operation ok now ({len(steps)} operations)"
+
+
+def replay_query(runner: Runner, spec: TargetSpec, q: Any) -> tuple[Record, bool, str]:
+    """Ask a query again: what the target answers now, whether it disagrees, and
+    what to say when it does not."""
+    reply = runner(q.to_json())
+    outcome = judge_reply(q, reply, longest_hit(q))
+    d = Disagreement(spec.label, outcome.cls, q, json_safe(reply.value), outcome.reason)
+    return d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}"
+
+
+REPLAYERS = {Mode.STATEFUL: replay_program, Mode.LOOKUP: replay_query}
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@target_options
+@target_choice_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file.")
 @harness_command
-def replay(files: tuple[str, ...], spec: TargetSpec, as_json: bool) -> None:
-    """Rerun saved disagreements (or plain queries, or stateful programs) against a target."""
-    programs, queries = [], []
+def replay(files: tuple[str, ...], target: TargetChoice, as_json: bool) -> None:
+    """Rerun saved disagreements (or plain queries, or stateful programs) against a
+    target: the one given, else the one each saved file records."""
+    runs: dict[tuple[TargetSpec, Mode], list[tuple[str, Any, dict[str, Any]]]] = {}
     for name in files:
-        text = read_text(name)
-        try:
-            if is_program_file(text):
-                programs.append((name, *load_program_file(text)))
-            else:
-                queries.append((name, *load_disagreement(text)))
-        except QueryError as err:
-            raise BadInput(f"{name}: {err}") from None
+        mode, item, record = replay_file(name)
+        spec = replay_target(name, record, target)
+        runs.setdefault((spec, mode), []).append((name, item, record))
     failed = 0
-    if programs:
-        with opened(spec, Mode.STATEFUL) as runner:
-            for name, program, record in programs:
-                steps = run_program(runner, program)
-                p = disagreement_of(spec.label, program, steps)
-                disagrees = p.last.outcome.disagrees
-                now = f"every operation ok now ({len(steps)} operations)"
-                replayed(name, record.get("class"), p, disagrees, now, as_json)
+    for (spec, mode), items in runs.items():
+        with opened(spec, mode) as runner:
+            for name, item, record in items:
+                d, disagrees, now = REPLAYERS[mode](runner, spec, item)
+                replayed(name, record.get("class"), d, disagrees, now, as_json)
                 failed += disagrees
-    if queries:
-        with opened(spec) as runner:
-            for name, q, saved in queries:
-                reply = runner(q.to_json())
-                outcome = judge_reply(q, reply, longest_hit(q))
-                d = Disagreement(spec.label, outcome.cls, q, json_safe(reply.value), outcome.reason)
-                now = f"{outcome.cls} now, L* = {outcome.length}"
-                replayed(name, saved, d, outcome.disagrees, now, as_json)
-                failed += outcome.disagrees
     sys.exit(1 if failed else 0)
 
 
@@ -405,10 +489,10 @@ def shown_gate(console: Console, name: str, seconds: float, out: Path) -> Tally 
     try:
         runner = TargetSpec(name).open()
     except TargetError as err:
-        console.print(f"[red]{name} cannot be gated[/red]: {err}")
+        console.print(Text.assemble((f"{name} cannot be gated", "red"), f": {err}"))
         return None
     tally = run_gate(CaseChecker(runner, name, out, stop_at_first=True), seconds)
     for d in tally.found:
-        console.print(d.render(), markup=False)
-    console.print(f"{name}: {tally.checked()}: {counts_text(tally.counts)}")
+        console.print(Text(d.render()))
+    console.print(Text(f"{name}: {tally.checked()}: {counts_text(tally.counts)}"))
     return tally

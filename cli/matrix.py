@@ -3,33 +3,63 @@
 Each release lives in its own folder (``scripts/install-vllm.sh VENV 0.20.0 0.34.0``
 puts them in ``VENV/vllm/RELEASE``); the gate runs once per release with that folder
 first on ``PYTHONPATH``, on the same cases (same seed and case count), and saves the
-first shrunk counterexample of each class under ``--out/RELEASE``.
+first shrunk counterexample of each class under ``--out/RELEASE``. Releases run side
+by side, ``--parallel`` at once (default: one per core); the table keeps the order of
+``--vllm``.
 
-Exit codes: 0 every release gated, with or without disagreements (the table is the
-result); 2 bad usage, a release folder missing, or a release the target cannot drive.
+Exit codes (:func:`exit_code`), the first that applies:
+
+- 130: Ctrl-C. The running gates are stopped at once, ``interrupted`` is printed, and
+  the table holds the releases that finished (what their gates saved stays saved).
+- 1: a release has a disagreement outside its documented classes (``--fail-on new``,
+  the default): a class none of the release's documented divergences
+  (:mod:`kvhit.engines.vllm.divergences`) gives, say a crash, or an unsafe answer in a
+  release whose documented divergences are never unsafe. Against
+  ``vllm-undocumented`` the documented states are answered ``unsupported``, so there
+  every disagreement is outside. With ``--fail-on any``: any disagreement at all.
+- 2: bad usage, a release folder missing, or a release the target cannot drive.
+- 0: otherwise (every release gated, nothing outside its documented classes).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 
 from kvhit.cli.options import timeout_option, vllm_eagle_option
+from kvhit.engines.vllm.divergences import in_release
 from kvhit.engines.vllm.release import VLLM_TARGETS, EaglePath, target_label
 from kvhit.errors import BadInput
-from kvhit.harness.compare import CLASSES
+from kvhit.harness.compare import CLASSES, ReplyClass
 
 COLUMNS = ("ok", *CLASSES, "unsupported")
 DEFAULT_CASES = 20_000
 MATRIX_OUT = "kvhit-matrix"
 NO_TIME_BOUND = 86_400  # the random phase ends at --cases, not on a clock
+POLL_SECONDS = 0.05
+"""How often the parent looks for a finished gate (and so how soon Ctrl-C is heard)."""
+UNDOCUMENTED = "vllm-undocumented"
+"""The target that answers every documented state ``unsupported``."""
+
+
+class FailOn(StrEnum):
+    """Which disagreements make the matrix exit 1 (``--fail-on``): ``new``, those of a
+    class outside the release's documented divergences; ``any``, every one."""
+
+    NEW = "new"
+    ANY = "any"
 
 
 @dataclass(frozen=True)
@@ -42,6 +72,7 @@ class Settings:
     jobs: int = 1
     target: str = "vllm"
     eagle: EaglePath = EaglePath.DEFAULT
+    fail_on: FailOn = FailOn.NEW
 
     @property
     def label(self) -> str:
@@ -58,6 +89,10 @@ class Row:
     files: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
+
+    def disagreements(self) -> set[ReplyClass]:
+        """The disagreement classes this release's gate met."""
+        return {c for c in CLASSES if self.counts.get(c, 0)}
 
     def to_json(self) -> dict[str, Any]:
         """The row as JSON-ready data."""
@@ -123,19 +158,152 @@ def gate_command(release: str, out: Path, settings: Settings) -> list[str]:
     return [sys.executable, "-c", CHILD, release, "gate", "--keep-going", "--json", *flat]
 
 
-def run_release(folder: Path, release: str, out: Path, settings: Settings) -> Row:
-    """Gate one release in its own process (its folder first on the path) and read
-    its JSON report; a run that fails keeps the last line it wrote to stderr."""
-    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-    command = gate_command(release, out / release, settings)
-    done = subprocess.run(
-        command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True
-    )
-    if done.returncode not in (0, 1):
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return Row(release, error=lines[-1] if lines else f"exit code {done.returncode}")
-    report = json.loads(done.stdout.splitlines()[-1])
-    return Row(release, dict(report["counts"]), report["files"], report["seconds"])
+def report_in(out: str) -> dict[str, Any] | None:
+    """The gate's JSON report: its output's last line, if that is one.
+
+    >>> report_in('{"counts": {}}'), report_in("")
+    ({'counts': {}}, None)
+    """
+    lines = out.splitlines()
+    try:
+        report = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    return report if isinstance(report, dict) and "counts" in report else None
+
+
+@dataclass
+class Gating:
+    """One release's gate, running in its own process group (so Ctrl-C reaches only
+    the matrix, which stops it); its output goes to files, read once it ends."""
+
+    release: str
+    process: subprocess.Popen[str]
+    stdout: IO[str]
+    stderr: IO[str]
+
+    @staticmethod
+    def start(folder: Path, release: str, out: Path, settings: Settings) -> Gating:
+        """Start gating ``release`` (its folder first on the path)."""
+        path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+        stdout, stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        process = subprocess.Popen(
+            gate_command(release, out / release, settings),
+            env={**os.environ, "PYTHONPATH": path},
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            process_group=0,
+        )
+        return Gating(release, process, stdout, stderr)
+
+    def done(self) -> bool:
+        """Whether the gate has ended."""
+        return self.process.poll() is not None
+
+    def read(self, stream: IO[str]) -> str:
+        """All the gate wrote to ``stream``; the file is closed."""
+        stream.seek(0)
+        with stream:
+            return stream.read()
+
+    def row(self) -> Row:
+        """The ended gate's row, from the JSON report it printed last; a gate that
+        failed or printed none keeps the last line it wrote to stderr."""
+        code, out, err = self.process.wait(), self.read(self.stdout), self.read(self.stderr)
+        report = report_in(out) if code in (0, 1) else None
+        if report is None:
+            lines = [line for line in err.splitlines() if line.strip()]
+            return Row(self.release, error=lines[-1] if lines else f"exit code {code}")
+        return Row(self.release, dict(report["counts"]), report["files"], report["seconds"])
+
+    def stop(self) -> None:
+        """Kill the gate and every process it started."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self.stdout.close()
+        self.stderr.close()
+
+
+def run_releases(
+    folders: list[tuple[str, Path]],
+    out: Path,
+    settings: Settings,
+    parallel: int,
+    on_row: Callable[[Row], None],
+) -> tuple[list[Row], bool]:
+    """Gate the releases, ``parallel`` at once, calling ``on_row`` as each ends: the
+    rows of those that ended, in the order given, and whether Ctrl-C stopped the run
+    (every running gate is then killed at once)."""
+    waiting, running, rows = list(folders), list[Gating](), dict[str, Row]()
+    interrupted = False
+    try:
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                release, folder = waiting.pop(0)
+                running.append(Gating.start(folder, release, out, settings))
+            for gating in [g for g in running if g.done()]:
+                running.remove(gating)
+                rows[gating.release] = gating.row()
+                on_row(rows[gating.release])
+            time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:  # Ctrl-C, or any error of the parent: no gate outlives the matrix
+        for gating in running:
+            gating.stop()
+    return [rows[release] for release, _ in folders if release in rows], interrupted
+
+
+VERDICTS = {
+    "unsafe": ReplyClass.UNSAFE,
+    "lost reuse": ReplyClass.LOST_REUSE,
+    "wrong blocks": ReplyClass.WRONG_BLOCKS,
+}
+"""A documented divergence's verdict as the class the gate counts it in."""
+
+
+def documented_classes(release: str, target: str) -> set[ReplyClass]:
+    """The classes the documented divergences of ``release`` give against ``target``
+    (none against ``vllm-undocumented``, which answers their states ``unsupported``).
+
+    >>> sorted(map(str, documented_classes("0.14.0", "vllm"))), documented_classes("0.14.0", UNDOCUMENTED)
+    (['lost_reuse', 'unsafe', 'wrong_blocks'], set())
+    """
+    if target == UNDOCUMENTED:
+        return set()
+    return {VERDICTS[d.verdict] for d in in_release(release)}
+
+
+def failing(rows: list[Row], settings: Settings) -> list[str]:
+    """The releases whose disagreements make the matrix fail under ``--fail-on``.
+
+    >>> rows = [Row("0.14.0", {"unsafe": 2}), Row("0.34.0", {"crash": 1})]
+    >>> failing(rows, Settings()), failing(rows, Settings(fail_on=FailOn.ANY))
+    (['0.34.0'], ['0.14.0', '0.34.0'])
+    """
+    return [row.release for row in rows if fails(row, settings)]
+
+
+def fails(row: Row, settings: Settings) -> bool:
+    """Whether ``row`` has a disagreement that ``--fail-on`` counts."""
+    if settings.fail_on == FailOn.ANY:
+        return bool(row.disagreements())
+    return bool(row.disagreements() - documented_classes(row.release, settings.target))
+
+
+def exit_code(rows: list[Row], settings: Settings, interrupted: bool) -> int:
+    """130 after Ctrl-C; else 1 if a release fails under ``--fail-on`` (a disagreement
+    is not hidden behind a release that could not be gated); else 2 if a release
+    could not be gated; else 0."""
+    if interrupted:
+        return 130
+    if failing(rows, settings):
+        return 1
+    return 2 if any(r.error for r in rows) else 0
 
 
 def table(rows: list[Row]) -> str:
@@ -217,6 +385,21 @@ def spans_text(rows: list[Row]) -> str:
     "release as unsupported, so what is left is new.",
 )
 @vllm_eagle_option()
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1),
+    default=os.cpu_count() or 1,
+    show_default="one per core",
+    help="Releases gated at once (the cases do not depend on it).",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice([str(f) for f in FailOn]),
+    default=str(FailOn.NEW),
+    show_default=True,
+    help="Exit 1 on a disagreement of a class outside the release's documented "
+    "divergences (new), or on any disagreement (any).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the matrix as JSON.")
 def matrix(
     releases: str,
@@ -228,35 +411,62 @@ def matrix(
     out: str,
     target: str,
     vllm_eagle: str,
+    parallel: int,
+    fail_on: str,
     as_json: bool,
 ) -> None:
     """Gate each vLLM release in --vllm in its own process, on the same cases, and print
     one table: release × class. The first shrunk counterexample of each class is saved
-    under --out/RELEASE, replayable under that release."""
+    under --out/RELEASE, replayable under that release.
+
+    Exit codes: 130 on Ctrl-C (the table holds the releases that finished); 1 if a
+    release has a disagreement of a class outside its documented divergences (with
+    --fail-on any: any disagreement); 2 on bad usage or a release that could not be
+    gated; else 0."""
     root = Path(releases_dir) if releases_dir else Path(sys.prefix) / "vllm"
     folders = [(r, release_folder(root, r)) for r in parse_releases(releases)]
-    settings = Settings(cases, seed, timeout, jobs, target, EaglePath(vllm_eagle))
-    rows = []
-    for number, (release, folder) in enumerate(folders, 1):
-        click.echo(
-            f"[{number}/{len(folders)}] {settings.label} on vLLM {release} ...", err=True, nl=False
-        )
-        row = run_release(folder, release, Path(out), settings)
-        click.echo(f" {row.error or f'{sum(row.counts.values())} cases'}", err=True)
-        rows.append(row)
+    settings = Settings(cases, seed, timeout, jobs, target, EaglePath(vllm_eagle), FailOn(fail_on))
+    at_once = min(parallel, len(folders))
+    click.echo(f"{settings.label}: {len(folders)} releases, {at_once} at once", err=True)
+    ended = iter(range(1, len(folders) + 1))
+
+    def show(row: Row) -> None:
+        done = row.error or f"{sum(row.counts.values())} cases in {row.seconds:.1f} s"
+        click.echo(f"[{next(ended)}/{len(folders)}] vLLM {row.release}: {done}", err=True)
+
+    rows, interrupted = run_releases(folders, Path(out), settings, at_once, show)
+    if interrupted:
+        click.echo("interrupted", err=True)
+    report(rows, settings, root, out, interrupted, as_json)
+    sys.exit(exit_code(rows, settings, interrupted))
+
+
+def report(
+    rows: list[Row], settings: Settings, root: Path, out: str, interrupted: bool, as_json: bool
+) -> None:
+    """Print the matrix: JSON, or the table, the spans and what made it fail."""
     if as_json:
-        rows_json = [r.to_json() for r in rows]
-        click.echo(json.dumps({"target": settings.label, "rows": rows_json, "spans": spans(rows)}))
-    else:
-        click.echo(table(rows))
-        click.echo(f"target: {settings.label}")
-        click.echo(spans_text(rows))
-        saved = [r for r in rows if r.files]
-        if saved:
-            click.echo(
-                f"counterexamples in {out}/RELEASE; replay one with: "
-                f"PYTHONPATH={root}/RELEASE kvhit replay FILE --target {target} "
-                f"--vllm-eagle {settings.eagle}"
+        click.echo(
+            json.dumps(
+                {
+                    "target": settings.label,
+                    "rows": [r.to_json() for r in rows],
+                    "spans": spans(rows),
+                    "failing": failing(rows, settings),
+                    "interrupted": interrupted,
+                }
             )
-    if any(r.error for r in rows):
-        sys.exit(2)
+        )
+        return
+    click.echo(table(rows))
+    click.echo(f"target: {settings.label}")
+    click.echo(spans_text(rows))
+    failed = failing(rows, settings)
+    if failed:
+        click.echo(f"fails (--fail-on {settings.fail_on}): {', '.join(failed)}")
+    if any(r.files for r in rows):
+        click.echo(
+            f"counterexamples in {out}/RELEASE; replay one with: "
+            f"PYTHONPATH={root}/RELEASE kvhit replay FILE --target {settings.target} "
+            f"--vllm-eagle {settings.eagle}"
+        )

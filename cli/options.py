@@ -10,13 +10,13 @@ from typing import Any
 
 import click
 
-from kvhit.engines.vllm.release import EaglePath
+from kvhit.engines.vllm.release import VLLM_TARGETS, EaglePath, target_label
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.targets.registry import default_shape
-from kvhit.targets.runner import CALL_TIMEOUT
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.runner import CALL_TIMEOUT, LOAD_TIMEOUT
+from kvhit.targets.spec import COMMAND_LABEL, TargetSpec
 
 REPLAY_OUT = "kvhit-disagreements"
 DEFAULT_STEPS = 20
@@ -53,10 +53,57 @@ def vllm_eagle_option() -> Decorator:
     )
 
 
-def target_options(func: Command) -> Command:
-    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate`` and ``--vllm-eagle``,
-    given to ``func`` as one ``spec`` (:class:`TargetSpec`); BadInput if they do not name
-    one target."""
+def recorded_target(label: str, eagle: EaglePath) -> tuple[str | None, str | None, EaglePath]:
+    """The --target, --target-cmd and eagle path that a report's target ``label``
+    (:attr:`TargetSpec.label`) names; ``eagle`` unless the label names one.
+
+    >>> recorded_target("vllm[eagle=drop]", EaglePath.DEFAULT)
+    ('vllm', None, <EaglePath.DROP: 'drop'>)
+    >>> recorded_target("cmd:./engine --fast", EaglePath.DEFAULT)[1]
+    './engine --fast'
+    """
+    if label.startswith(COMMAND_LABEL):
+        return None, label.removeprefix(COMMAND_LABEL), eagle
+    for name in VLLM_TARGETS:
+        for path in EaglePath:
+            if label == target_label(name, path):
+                return name, None, path
+    return label, None, eagle
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    """``--target`` or ``--target-cmd`` as given (``kvhit replay`` may give neither:
+    each file names its own), and how to call the target."""
+
+    name: str | None
+    command: str | None
+    timeout: float
+    isolate: bool
+    vllm_eagle: EaglePath
+    load_timeout: float
+
+    @property
+    def given(self) -> bool:
+        """Whether --target or --target-cmd was given."""
+        return self.name is not None or self.command is not None
+
+    def spec(self, recorded: str | None = None) -> TargetSpec:
+        """The target given or, when none was, the one whose label a saved file
+        ``recorded``; BadInput if the options do not name one target."""
+        name, command, eagle = self.name, self.command, self.vllm_eagle
+        if not self.given and recorded is not None:
+            name, command, eagle = recorded_target(recorded, eagle)
+        try:
+            return TargetSpec(name, command, self.timeout, self.isolate, eagle, self.load_timeout)
+        except TargetError as err:
+            raise BadInput(str(err)) from None
+
+
+def target_choice_options(func: Command) -> Command:
+    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate``, ``--vllm-eagle`` and
+    ``--load-timeout``, given to ``func`` as one ``target`` (:class:`TargetChoice`),
+    which may name none."""
 
     @functools.wraps(func)
     def wrapper(
@@ -65,13 +112,12 @@ def target_options(func: Command) -> Command:
         timeout: float,
         isolate: bool,
         vllm_eagle: str,
+        load_timeout: float,
         **kwargs: Any,
     ) -> Any:
-        try:
-            spec = TargetSpec(target, target_cmd, timeout, isolate, EaglePath(vllm_eagle))
-        except TargetError as err:
-            raise BadInput(str(err)) from None
-        return func(spec=spec, **kwargs)
+        eagle = EaglePath(vllm_eagle)
+        choice = TargetChoice(target, target_cmd, timeout, isolate, eagle, load_timeout)
+        return func(target=choice, **kwargs)
 
     options: list[Decorator] = [
         click.option("--target", help="A built-in target or module:function."),
@@ -84,8 +130,27 @@ def target_options(func: Command) -> Command:
             "interpreter (native code, os._exit) is a crash, not the end of the run.",
         ),
         vllm_eagle_option(),
+        click.option(
+            "--load-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=LOAD_TIMEOUT,
+            show_default=True,
+            help="Seconds for loading the target (importing it, starting its worker or "
+            "program), apart from every call's --timeout.",
+        ),
     ]
     return decorated(wrapper, options)
+
+
+def target_options(func: Command) -> Command:
+    """The options of :func:`target_choice_options`, given to ``func`` as one ``spec``
+    (:class:`TargetSpec`); BadInput if they do not name one target."""
+
+    @functools.wraps(func)
+    def wrapper(target: TargetChoice, **kwargs: Any) -> Any:
+        return func(spec=target.spec(), **kwargs)
+
+    return target_choice_options(wrapper)
 
 
 @dataclass(frozen=True)
@@ -158,7 +223,14 @@ def run_options(func: Command) -> Command:
 
 
 def stateful_options(func: Command) -> Command:
-    """``--stateful`` and ``--steps``."""
+    """``--stateful``, ``--steps`` and ``--prompt-tokens``."""
+    func = click.option(
+        "--prompt-tokens",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="With --stateful: the most tokens per prompt (default: gate 16, fuzz 2 x "
+        "--max-blocks); longer prompts reach bugs deep in a prefix, at a cost in speed.",
+    )(func)
     func = click.option(
         "--steps",
         type=click.IntRange(min=1),

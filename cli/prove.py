@@ -30,6 +30,7 @@ from rich.text import Text
 from kvhit.cli.display import progress_bar
 from kvhit.draw import draw, judge
 from kvhit.errors import BadInput
+from kvhit.inputs import writable
 from kvhit.proofs.registry import Status, Theorem, all_theorems
 from kvhit.proofs.runner import SOLVER_TIMEOUT, Result
 from kvhit.proofs.workers import Settings, Started, Still, prove_all
@@ -65,18 +66,6 @@ def select(theorems: list[Theorem], only: Sequence[str]) -> list[Theorem]:
     if unknown:
         raise BadInput(f"--only: no theorem {', '.join(unknown)}; known: {', '.join(known)}")
     return [t for t in theorems if not names or t.name in names]
-
-
-def writable(directory: Path) -> None:
-    """Make ``directory`` (for --emit-smt2) and check a file can be written in it,
-    before any proof runs: bad usage (exit 2) if not."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".kvhit-write-check"
-        probe.write_text("", encoding="utf-8")
-        probe.unlink()
-    except OSError as err:
-        raise BadInput(f"--emit-smt2: cannot write in {directory}: {err.strerror}") from None
 
 
 def cores() -> int:
@@ -264,7 +253,7 @@ def prove(
 ) -> None:
     """Prove the theorems of docs/design.md §3 and refute the known-wrong algorithms."""
     if emit_dir is not None:
-        writable(emit_dir)
+        writable(emit_dir, "--emit-smt2")
     everything = registered()
     theorems = chosen(everything, only, deep)
     settings = Settings(bound, quick, timeout, cross_check or deep, emit_dir)

@@ -25,8 +25,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from kvhit.harness.compare import Outcome, judge_reply
-from kvhit.harness.report import Disagreement, save
+from kvhit.harness.compare import Outcome, judge_reply, unanswered
+from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
 from kvhit.harness.tally import Tally
 from kvhit.model.spec import Answer, Query, longest_hit
@@ -81,9 +81,12 @@ class CaseChecker:
         self.tally = Tally(self.target)
 
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
-        """Run the target on ``q`` and classify its reply; also the raw answer."""
+        """Run the target on ``q`` and classify its reply; also the raw answer. L* is
+        worked out (when not given) only for a reply that holds an answer."""
         reply = self.runner(q.to_json())
-        outcome = judge_reply(q, reply, best if best is not None else longest_hit(q))
+        outcome = unanswered(reply)
+        if outcome is None:
+            outcome = judge_reply(q, reply, best if best is not None else longest_hit(q))
         return outcome, reply.value
 
     def check(self, q: Query, best: Answer | None = None) -> Outcome:
@@ -101,8 +104,8 @@ class CaseChecker:
         return outcome
 
     def keep(self, d: Disagreement) -> Path | None:
-        """Save ``d`` into the out dir (when there is one); the path."""
-        return save(d, self.out_dir) if self.out_dir is not None else None
+        """Save ``d`` into the out dir (when there is one); the path (None if not saved)."""
+        return self.tally.keep(d, self.out_dir)
 
     def report(self, seen: Disagreement) -> Disagreement:
         """Save the disagreement as seen, shrink it keeping its class, save the shrunk

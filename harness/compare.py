@@ -93,10 +93,19 @@ def blocks_problem(q: Query, length: int, blocks: list[list[int]]) -> str:
     return ""
 
 
-def judge_reply(q: Query, reply: Reply, best: Answer) -> Outcome:
-    """The class of ``reply`` to query ``q`` whose reference answer is ``best``."""
+def unanswered(reply: Reply) -> Outcome | None:
+    """The class of a reply that holds no answer (a crash, a timeout, a refusal ...),
+    which needs no reference answer to judge; None for an answer."""
     if reply.status != "answer":
         return Outcome(ReplyClass(reply.status), reason=reply.detail)
+    return None
+
+
+def judge_reply(q: Query, reply: Reply, best: Answer) -> Outcome:
+    """The class of ``reply`` to query ``q`` whose reference answer is ``best``."""
+    outcome = unanswered(reply)
+    if outcome is not None:
+        return outcome
     try:
         length, blocks = decode_answer(q, reply.value)
     except BadReturn as err:

@@ -33,6 +33,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing, contextmanager
@@ -42,7 +43,7 @@ from typing import Any
 
 from kvhit.errors import TargetError
 from kvhit.harness.checker import CaseChecker, Phase
-from kvhit.harness.report import Record, save
+from kvhit.harness.report import Record
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.targets.spec import TargetSpec
 
@@ -51,6 +52,10 @@ PLACE = 1 << 40
 NEVER = 1 << 62
 INTERRUPTED = -1
 """The stop place the parent sets on Ctrl-C: every local job stops at its next case."""
+SEND_EVERY = 1.0
+"""A job sends its counts every 50 cases, or after this many seconds (a slow target)."""
+GRACE = 3.0
+"""Seconds the jobs have after Ctrl-C to report before they are ended."""
 
 
 @dataclass(frozen=True)
@@ -90,17 +95,27 @@ def place(position: tuple[int, int]) -> int:
 
 
 def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any = None) -> Tally:
-    """Run job ``job`` of ``jobs`` here, sending progress; its tally.
+    """Run job ``job`` of ``jobs`` here, sending progress; its tally. Ctrl-C (a
+    KeyboardInterrupt) at any point, the target's loading included, ends the job with
+    what it checked, marked interrupted.
 
     ``stop`` (a shared ``multiprocessing.Value``, or None) holds the place of the
-    earliest disagreement any job has found, when ``campaign.stop_at_first``.
+    earliest disagreement any job has found, when ``campaign.stop_at_first``, or
+    :data:`INTERRUPTED`.
     """
-    runner = campaign.spec.open()
-    last = [0]
+    label = campaign.spec.label
+    try:
+        if stop is not None and stop.value == INTERRUPTED:
+            raise KeyboardInterrupt  # Ctrl-C came before this job started
+        runner = campaign.spec.open()
+    except KeyboardInterrupt:
+        return Tally(label, interrupted=True)
+    last = [0, time.monotonic()]
 
     def tick(tally: Tally) -> None:
-        if tally.cases - last[0] >= 50:
-            last[0] = tally.cases
+        now = time.monotonic()
+        if tally.cases - last[0] >= 50 or now - last[1] >= SEND_EVERY:
+            last[:] = [tally.cases, now]
             send(JobReport(job, tally.cases, dict(tally.counts)))
 
     def heard(position: tuple[int, int]) -> bool:
@@ -113,7 +128,7 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
 
     checker = CaseChecker(
         runner,
-        campaign.spec.label,
+        label,
         campaign.out,
         on_found=found,
         on_case=tick,
@@ -121,12 +136,13 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
         stop_at_first=campaign.stop_at_first,
         shrink_seconds=campaign.shrink_seconds,
     )
+    checker.tally.load_seconds = runner.load_seconds
     interrupted = False
     try:
         for phase in campaign.phases():
             if not checker.run(phase.share(job, jobs)):
                 break
-    except KeyboardInterrupt:  # Ctrl-C in a one-job run: report what was checked
+    except KeyboardInterrupt:  # report what was checked
         interrupted = True
     finally:
         runner.close()
@@ -145,7 +161,10 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
         total.interrupted |= tally.interrupted
+        total.save_error = total.save_error or tally.save_error
         seen += zip(tally.found_at, tally.found, tally.saved)
+    loads = [t.load_seconds for t in tallies if t.load_seconds is not None]
+    total.load_seconds = max(loads, default=None)
     first: dict[str, tuple[tuple[int, int], Record, Path | None]] = {}
     for at, d, path in sorted(seen, key=lambda s: s[0]):
         first.setdefault(d.cls, (at, d, path))
@@ -162,14 +181,23 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
 def local_job(campaign: CaseCampaign, job: int, jobs: int, channel: Any, stop: Any) -> None:
     """A child process's body: run the job, send its tally (or why it could not run).
 
-    Ctrl-C is the parent's: it tells the jobs to stop through ``stop``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Ctrl-C reaches the job as one KeyboardInterrupt (from the terminal, or sent on by
+    the parent), wherever it is, loading the target or inside a call; the job then
+    reports what it checked."""
+    signal.signal(signal.SIGINT, interrupt_once)
     try:
         tally = run_job(campaign, job, jobs, channel.put, stop)
     except Exception as err:  # sent to the parent, which reports it
         channel.put(JobReport(job, 0, {}, error=why(err)))
         return
     channel.put(JobReport(job, tally.cases, dict(tally.counts), done=tally))
+
+
+def interrupt_once(signum: int, frame: Any) -> None:
+    """Raise KeyboardInterrupt, and ignore later Ctrl-Cs (the terminal's and the one the
+    parent sends on both arrive)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def why(err: Exception) -> str:
@@ -182,16 +210,23 @@ def why(err: Exception) -> str:
 
 
 @contextmanager
-def ctrl_c_sets(stop: Any) -> Iterator[None]:
-    """While inside, Ctrl-C sets the shared stop place to INTERRUPTED (each job stops at
-    its next case and reports) instead of raising, whenever it comes: also while the
-    jobs are being started. Outside the main thread (no signals there) it does nothing."""
+def ctrl_c_sets(stop: Any, procs: list[Any]) -> Iterator[None]:
+    """While inside, Ctrl-C sets the shared stop place to INTERRUPTED and is sent on to
+    the jobs started (each stops at once and reports) instead of raising, whenever it
+    comes: also while the jobs are being started. Outside the main thread (no signals
+    there) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    parent = os.getpid()
 
     def interrupted(signum: int, frame: Any) -> None:
+        if os.getpid() != parent:  # a job just forked, before it set its own handler
+            return
         stop.value = INTERRUPTED
+        for proc in procs:
+            if proc.pid is not None and proc.exitcode is None:
+                os.kill(proc.pid, signal.SIGINT)
 
     previous = signal.signal(signal.SIGINT, interrupted)
     try:
@@ -213,23 +248,29 @@ def local_messages(campaign: CaseCampaign, jobs: int) -> Generator[JobReport, No
         context.Process(target=local_job, args=(campaign, job, jobs, channel, stop), daemon=True)
         for job in range(jobs)
     ]
-    with ctrl_c_sets(stop):
+    with ctrl_c_sets(stop, procs):
         for proc in procs:
             proc.start()
-        yield from messages_of(procs, channel)
+        yield from messages_of(procs, channel, stop)
 
 
-def messages_of(procs: list[Any], channel: Any) -> Iterator[JobReport]:
-    """The started jobs' messages until every job has finished. A job that dies
-    without a word is a TargetError. The processes end with the iteration."""
+def messages_of(procs: list[Any], channel: Any, stop: Any) -> Iterator[JobReport]:
+    """The started jobs' messages until every job has finished, or :data:`GRACE`
+    seconds after Ctrl-C. A job that dies without a word is a TargetError. The
+    processes end with the iteration."""
     finished: set[int] = set()
+    interrupted_at: float | None = None
     try:
         while len(finished) < len(procs):
+            if stop.value == INTERRUPTED:
+                interrupted_at = interrupted_at or time.monotonic()
+                if time.monotonic() - interrupted_at > GRACE:
+                    return  # a job stuck where Ctrl-C cannot reach: its files are saved
             try:
                 message = channel.get(timeout=0.5)
             except queue.Empty:
                 dead = [j for j, p in enumerate(procs) if j not in finished and not p.is_alive()]
-                if dead:
+                if dead and stop.value != INTERRUPTED:
                     code = procs[dead[0]].exitcode
                     raise TargetError(f"job {dead[0]} died (exit code {code})") from None
                 continue
@@ -289,6 +330,16 @@ def ray_messages(
                 break
 
 
+def final_tally(label: str, last: JobReport | None) -> Tally:
+    """A job's tally: the one it sent when it finished or, for a job ended after
+    Ctrl-C before it could report, its last counts, interrupted."""
+    if last is not None and last.done is not None:
+        return last.done
+    if last is None:
+        return Tally(label, interrupted=True)
+    return Tally(label, last.cases, counts=Counter(last.counts), interrupted=True)
+
+
 def default_jobs() -> int:
     """The number of cores this process may use."""
     return len(os.sched_getaffinity(0))
@@ -328,7 +379,7 @@ def run_campaign(
             for report in latest.values():
                 so_far.counts.update(report.counts)
             on_progress(so_far)
-    total = merge(label, [latest[job].done for job in range(jobs)])  # type: ignore[misc]
+    total = merge(label, [final_tally(label, latest.get(job)) for job in range(jobs)])
     if ray_address is not None and campaign.out is not None:
-        total.saved = [save(d, campaign.out) for d in total.found]
+        total.saved = [total.keep(d, campaign.out) for d in total.found]
     return total

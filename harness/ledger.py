@@ -17,8 +17,14 @@ in the table (or copied into it), and each block of the table below L (and the o
 the hit ends inside, when the group reads it) holds exactly this request's prefix
 through what is read; a Mamba block holds the state at exactly L. A group with a lookahead
 drafter of La tokens finds a block by a key that also covers the next La tokens, so
-the block must hold this request's next La tokens too. Anything else is a *stale
-block*: the engine serves KV computed for other tokens.
+the block must hold this request's next La tokens too. A block holds its tokens at
+its position (from j · b on): one written at another index is stale too. Anything
+else is a *stale block*: the engine serves KV computed for other tokens.
+
+A request runs on after its admit until it finishes, reading the blocks of its
+tables that its next tokens attend to (:func:`still_read`). :meth:`Ledger.hold`
+notes what each must keep holding, and :meth:`Ledger.overwritten` says which one no
+longer does: an *overwritten block*, handed to another request while this one runs.
 
     >>> from kvhit.model.spec import Group
     >>> from kvhit.targets.stateful import Admitted
@@ -45,22 +51,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvhit.model.spec import Drafter, Group, Kind, Query, answer_at
+from kvhit.model.spec import Drafter, Group, Kind, Query, answer_at, window_before
 from kvhit.targets.stateful import Admitted
 
 
 @dataclass(frozen=True)
 class Content:
-    """What a physical block holds: group ``group``'s KV up to token ``end`` (a Mamba
-    block: the state at ``end``) of the prefix ``tokens``, which runs through ``end``
-    and the group's lookahead past it (as far as the request had tokens), written by
-    request ``request`` at op ``op``."""
+    """What a physical block holds: group ``group``'s KV of the tokens from ``start``
+    (the block's first position) up to ``end`` (a Mamba block: the state at ``end``)
+    of the prefix ``tokens``, which runs through ``end`` and the group's lookahead
+    past it (as far as the request had tokens), written by request ``request`` at op
+    ``op``."""
 
     group: int
     tokens: tuple[int, ...]
     request: int
     op: int
     end: int
+    start: int = 0
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a request needs of group ``group``'s block ``index`` (physical ``block``):
+    the KV from the block's start through ``end`` of the prefix ``tokens`` (which may
+    run on past ``end``: a lookahead key's tokens); with ``exact``, a Mamba state at
+    exactly ``end``."""
+
+    group: int
+    index: int
+    block: int
+    start: int
+    end: int
+    tokens: tuple[int, ...]
+    exact: bool = False
+
+    def met_by(self, held: Content | None) -> bool:
+        """Whether a block holding ``held`` gives what is needed."""
+        return (
+            held is not None
+            and (held.group, held.start) == (self.group, self.start)
+            and held.end >= self.end
+            and (not self.exact or held.end == self.end)
+            and held.tokens[: len(self.tokens)] == self.tokens
+        )
 
 
 def tokens_text(tokens: Sequence[int]) -> str:
@@ -85,11 +119,30 @@ def written_end(g: Group, j: int, num_tokens: int, hash_unit: int | None) -> int
     return min(end, num_tokens - lookahead_of(g)) // unit * unit
 
 
+def still_read(g: Group, num_tokens: int) -> range:
+    """The block indices a running request of ``num_tokens`` tokens still reads for
+    its next token: full attention every block, a sliding window the blocks of the
+    tokens in its window, chunked local attention those of the current chunk, Mamba
+    the block of its last state."""
+    b = g.block_size
+    last = -(-num_tokens // b)
+    if g.kind == Kind.MAMBA:
+        return range(last - 1, last)
+    if g.kind == Kind.SLIDING_WINDOW:
+        return range(max(0, num_tokens - window_before(g)) // b, last)
+    if g.kind == Kind.CHUNKED_LOCAL:
+        first = num_tokens // g.chunk * g.chunk
+        return range(first // b, last if first < num_tokens else first // b)
+    return range(last)
+
+
 class Ledger:
-    """The content of every physical block the engine has reported writing."""
+    """The content of every physical block the engine has reported writing, and what
+    each running request still needs of the blocks it holds."""
 
     def __init__(self, hash_unit: int | None = None) -> None:
         self.blocks: dict[int, Content] = {}
+        self.needs: dict[int, tuple[Need, ...]] = {}
         self.hash_unit = hash_unit
 
     def problem(self, groups: Sequence[Group], tokens: Sequence[int], admitted: Admitted) -> str:
@@ -124,16 +177,15 @@ class Ledger:
         ``length``), or ''."""
         end = min((j + 1) * g.block_size, length)
         ahead = lookahead_of(g)
-        wanted = tokens[: end + ahead]
+        exact = g.kind == Kind.MAMBA and end == length
+        need = Need(i, j, block, j * g.block_size, end, tokens[: end + ahead], exact)
         held = self.blocks.get(block)
-        state_at = g.kind == Kind.MAMBA and end == length
-        fits = held is not None and held.end >= end and (not state_at or held.end == end)
-        if held is not None and fits and (held.group, held.tokens[: len(wanted)]) == (i, wanted):
+        if need.met_by(held):
             return ""
         past = f" ({ahead} tokens past the block for its lookahead key)" if ahead else ""
         return (
             f"stale block: group {i} block {j} is physical block {block}, which "
-            f"{describe(held, i)}; this request needs {tokens_text(wanted)}{past}"
+            f"{describe(held, need)}; this request needs {tokens_text(need.tokens)}{past}"
         )
 
     def record(
@@ -152,12 +204,52 @@ class Ledger:
                 if block is not None:
                     end = written_end(g, j, len(tokens), self.hash_unit)
                     held = tokens[: end + lookahead_of(g)]
-                    self.blocks[block] = Content(i, held, request, op, end)
+                    self.blocks[block] = Content(i, held, request, op, end, j * g.block_size)
+
+    def hold(
+        self, groups: Sequence[Group], tokens: Sequence[int], admitted: Admitted, request: int
+    ) -> None:
+        """The request runs on: until it finishes, every block of its tables that it
+        still reads (:func:`still_read`) must keep its tokens' KV (a Mamba block the
+        state the request left there)."""
+        tokens, needs = tuple(tokens), []
+        for i, (g, table) in enumerate(zip(groups, admitted.tables)):
+            for j in still_read(g, len(tokens)):
+                block = table[j] if j < len(table) else None
+                if block is None:
+                    continue
+                end = written_end(g, j, len(tokens), self.hash_unit)
+                exact = g.kind == Kind.MAMBA
+                needs.append(Need(i, j, block, j * g.block_size, end, tokens[:end], exact))
+        self.needs[request] = tuple(needs)
+
+    def release(self, request: int) -> None:
+        """The request finished: it reads none of its blocks any more."""
+        self.needs.pop(request, None)
+
+    def overwritten(self) -> str:
+        """Which block a running request still reads no longer holds what it needs
+        (another request was handed it and wrote it), or ''."""
+        for request, needs in self.needs.items():
+            for need in needs:
+                held = self.blocks.get(need.block)
+                if not need.met_by(held):
+                    return (
+                        f"overwritten block: r{request}, still running, reads group "
+                        f"{need.group} block {need.index}, physical block {need.block}, "
+                        f"which {describe(held, need)}; r{request} needs "
+                        f"{tokens_text(need.tokens)}"
+                    )
+        return ""
 
 
-def describe(held: Content | None, group: int) -> str:
-    """What a block holds, for a message about group ``group``."""
+def describe(held: Content | None, need: Need) -> str:
+    """What a block holds, for a message about what ``need`` wanted of it."""
     if held is None:
         return "no request has written"
-    owner = "" if held.group == group else f"group {held.group}'s KV of "
-    return f"holds {owner}{tokens_text(held.tokens)} (written by r{held.request} at op {held.op})"
+    owner = "" if held.group == need.group else f"group {held.group}'s KV of "
+    where = "" if held.start == need.start else f" from token {held.start}"
+    return (
+        f"holds {owner}{tokens_text(held.tokens)}{where} "
+        f"(written by r{held.request} at op {held.op})"
+    )

@@ -31,10 +31,9 @@ from xml.etree import ElementTree
 
 from kvhit.draw import draw, judge
 from kvhit.harness.compare import ReplyClass
+from kvhit.inputs import DISAGREEMENT_FORMAT, saved_query
 from kvhit.model.protocol import decode_json, parse_query
 from kvhit.model.spec import Query, longest_hit
-
-DISAGREEMENT_FORMAT = "kvhit-disagreement/1"
 
 
 class Record(Protocol):
@@ -106,20 +105,22 @@ def save(d: Record, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / d.name()
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(d.to_json(), f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(d.to_json(), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
-def load_disagreement(text: str) -> tuple[Query, str | None]:
+def load_disagreement(text: str) -> tuple[Query, dict[str, Any]]:
     """The query of a saved disagreement (or of a plain protocol query) and its saved
-    class (None for a plain query); :class:`QueryError` naming the problem."""
-    obj = decode_json(text, "file")
-    if isinstance(obj, dict) and obj.get("format") == DISAGREEMENT_FORMAT:
-        return parse_query(obj.get("query")), obj.get("class")
-    return parse_query(obj), None
+    record ({} for a plain query); :class:`QueryError` naming the problem."""
+    query, record = saved_query(decode_json(text, "file"))
+    return parse_query(query), record or {}
 
 
 def junit_xml(target: str, checked: str, seconds: float, found: Sequence[Record]) -> str:

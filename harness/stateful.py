@@ -13,6 +13,12 @@ of its blocks it finds cached). The admit's hit is then checked:
 3. when the engine reports ``outputs_match: false`` (its served output differs from
    a computation from scratch): ``unsafe``.
 
+After every operation, each block a running request (admitted, not finished) still
+reads must hold that request's tokens (:meth:`kvhit.harness.ledger.Ledger.overwritten`):
+one handed to another request and written there is ``unsafe``, reason *overwritten
+block*, at the operation that wrote it. An engine that cannot be created is the
+run's one step (of no operation), a finding like any other.
+
 A failure that is not an answer (``crash``, ``timeout``, ``bad_return``) is its own
 class, as for stateless targets; ``rejected`` (the pool cannot hold the request) and
 ``unsupported`` (the engine refuses the configuration) are counted, not disagreements.
@@ -82,13 +88,23 @@ class ProgramRun:
         self.ledger = Ledger(self.program.hash_unit)
 
     def start(self) -> Outcome:
-        """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...)."""
+        """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...), which
+        is then the run's one step."""
         reply = self.runner({"op": "create", **self.program.config()})
-        return Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "create")
+        if reply.status == "answer":
+            return Outcome(ReplyClass.OK)
+        outcome = failed(reply, "create")
+        self.steps.append(Step(None, outcome))
+        return outcome
 
     def run(self, op: Op) -> Step:
-        """Run one operation and judge it."""
+        """Run one operation and judge it; then check that no running request lost a
+        block it still reads."""
         step = self.admit(op) if isinstance(op, Admit) else self.finish(op)
+        overwritten = "" if step.outcome.disagrees else self.ledger.overwritten()
+        if overwritten:
+            unsafe = Outcome(ReplyClass.UNSAFE, step.outcome.length, overwritten)
+            step = replace(step, outcome=unsafe)
         self.steps.append(step)
         return step
 
@@ -97,6 +113,7 @@ class ProgramRun:
         if op.request not in self.running:
             return Step(op, Outcome(ReplyClass.OK))
         self.running.discard(op.request)
+        self.ledger.release(op.request)
         reply = self.runner(op.to_json())
         return Step(
             op, Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "finish")
@@ -137,6 +154,7 @@ class ProgramRun:
         self.running.add(op.request)
         outcome = self.judge(q, op, admitted)
         self.ledger.record(q.groups, op.tokens, admitted, op.request, len(self.steps) + 1)
+        self.ledger.hold(q.groups, op.tokens, admitted, op.request)
         return Step(op, outcome, q, answer)
 
     @staticmethod
@@ -159,9 +177,8 @@ def run_program(runner: Runner, program: Program) -> list[Step]:
     """Run every operation of ``program`` on a fresh engine, stopping after the first
     disagreement (a failed creation is one step of no op)."""
     run = ProgramRun(runner, program)
-    started = run.start()
-    if started.cls != "ok":
-        return [Step(None, started)]
+    if run.start().cls != "ok":
+        return run.steps
     for op in program.ops:
         if run.run(op).outcome.disagrees:
             break
@@ -195,8 +212,9 @@ class ProgramDisagreement:
 
     @property
     def last(self) -> Step:
-        """The step that disagreed."""
-        return self.steps[-1]
+        """The step that disagreed (a program of no operation on an engine that was
+        created: that creation, ok)."""
+        return self.steps[-1] if self.steps else Step(None, Outcome(ReplyClass.OK))
 
     @property
     def cls(self) -> str:
@@ -217,7 +235,7 @@ class ProgramDisagreement:
             "class": self.cls,
             "reason": self.reason,
             "program": self.program.to_json(),
-            "failing_op": len(self.steps),
+            "failing_op": len(self.program.ops),  # 0: the engine's creation
             "snapshot": q.to_json() if q is not None else None,
             "target_answer": self.last.answer,
             "reference": longest_hit(q).to_json() if q is not None else None,

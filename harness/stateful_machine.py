@@ -5,14 +5,18 @@ groups of every kind, drafters of every behaviour a kind can carry, windows of b
 conventions, block sizes 1, 2 and 4 mixed, the default or a doubled alignment, 30%
 of the time a hash unit finer than the blocks, and a pool barely larger than one
 request, so that eviction happens all the time), then admits prompts (new ones,
-repeats, branches of earlier prompts cut anywhere, inside a block too, and extensions
-long enough that blocks leave sliding windows) and finishes running requests. Every
-operation is judged (:mod:`kvhit.harness.stateful`); the first disagreement fails the
-program.
+short or long, repeats, branches of earlier prompts cut anywhere, inside a block too,
+extensions long enough that blocks leave sliding windows, and retellings: one early
+token changed) and finishes running requests. Every operation is judged
+(:mod:`kvhit.harness.stateful`); a program ends at its first disagreement, which
+fails it when its class is wanted (not found yet; while shrinking, the class being
+shrunk).
 
 Hypothesis then shrinks the failing program (fewer operations, shorter prompts,
-fewer groups, a smaller pool) while it keeps failing *in the same class*. The
-shortest failing program seen is written to the replay file before it is reported.
+fewer groups, a smaller pool) while its first disagreement keeps that class. The
+shortest failing program seen is run once more on a fresh engine and written to the
+replay file with the failure it shows there (what a replay shows) before it is
+reported.
 :func:`run_programs` runs batches of programs until its time or program budget is
 spent; each batch's seed is derived from the campaign's, so the same seed and
 options give the same programs.
@@ -48,8 +52,13 @@ from hypothesis.stateful import (
 )
 
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, sglang_partners
-from kvhit.harness.report import save
-from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step, disagreement_of
+from kvhit.harness.stateful import (
+    ProgramDisagreement,
+    ProgramRun,
+    Step,
+    disagreement_of,
+    run_program,
+)
 from kvhit.harness.strategies import COIN, HASH_UNITS, group_configs
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind
@@ -126,18 +135,47 @@ def tokens(min_size: int, max_size: int) -> st.SearchStrategy[tuple[int, ...]]:
     return st.lists(st.integers(0, VOCAB - 1), min_size=min_size, max_size=max_size).map(tuple)
 
 
+EARLY = 8
+"""A retold prompt differs from the earlier one in one of its first EARLY tokens."""
+
+
+@st.composite
+def long_prompts(draw: st.DrawFn, max_tokens: int) -> tuple[int, ...]:
+    """A prompt of max_tokens / 2 to max_tokens tokens: a short run of tokens repeated."""
+    run = draw(tokens(1, EARLY))
+    length = draw(st.integers(max(1, max_tokens // 2), max_tokens))
+    return (run * -(-length // len(run)))[:length]
+
+
+@st.composite
+def retold(draw: st.DrawFn, base: tuple[int, ...]) -> tuple[int, ...]:
+    """``base`` with one of its first tokens changed: a prompt that differs early and
+    agrees with ``base`` for every block after that."""
+    at = draw(st.integers(0, min(len(base), EARLY) - 1))
+    token = (base[at] + draw(st.integers(1, VOCAB - 1))) % VOCAB
+    return (*base[:at], token, *base[at + 1 :])
+
+
 @st.composite
 def prompts(
     draw: st.DrawFn, earlier: Sequence[tuple[int, ...]], max_tokens: int
 ) -> tuple[int, ...]:
-    """A new prompt, or a repeat, a branch (cut anywhere, then new tokens) or an
-    extension of an earlier one; at most ``max_tokens`` tokens."""
-    how = draw(st.sampled_from(("new", "repeat", "branch", "extend"))) if earlier else "new"
+    """A new prompt (short or long), or a repeat, a branch (cut anywhere, then new
+    tokens), an extension or a retelling (one early token changed) of an earlier one;
+    at most ``max_tokens`` tokens."""
+    fresh = ("new", "long")
+    how = draw(
+        st.sampled_from((*fresh, "repeat", "branch", "extend", "retold") if earlier else fresh)
+    )
     if how == "new":
         return draw(tokens(1, max_tokens))
+    if how == "long":
+        return draw(long_prompts(max_tokens))
     base = draw(st.sampled_from(earlier))
     if how == "repeat":
         return base
+    if how == "retold":
+        return draw(retold(base))
     cut = draw(st.integers(0, len(base))) if how == "branch" else len(base)
     return (base[:cut] + draw(tokens(1, max_tokens)))[:max_tokens]
 
@@ -246,9 +284,12 @@ class ProgramCampaign:
             tally.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
             self.on_progress(tally)
         cls = step.outcome.cls
-        wanted = cls == hunt.cls if hunt is not None else tally.found_new(cls)
-        if not step.outcome.disagrees or not wanted:
+        if not step.outcome.disagrees:
             return
+        wanted = cls == hunt.cls if hunt is not None else tally.found_new(cls)
+        # a program ends at its first disagreement, as a replay does: one of another
+        # class (or of a class found already) ends it unfailed
+        assume(wanted)
         found = disagreement_of(tally.target, run.program, [*run.steps])
         if hunt is None:
             tally.found_at.append((0, tally.cases - 1))
@@ -272,6 +313,8 @@ class ProgramCampaign:
                     break
         except KeyboardInterrupt:
             self.tally.interrupted = True
+            if self.hunt is not None:  # cut short while shrinking: keep the best so far
+                self.keep(self.hunt.best)
         return self.tally
 
     def run_batch(self, batch: int, count: int) -> None:
@@ -303,11 +346,30 @@ class ProgramCampaign:
         if self.hunt is not None:
             self.report(self.hunt.best)
 
-    def report(self, found: ProgramDisagreement) -> None:
-        """Save the shrunk program into the tally."""
-        out_dir = self.plan.out_dir
+    def report(self, shrunk: ProgramDisagreement) -> None:
+        """Save the shrunk program into the tally, with the failure it shows when run
+        again on a fresh engine (what a replay shows; as seen while shrinking if it
+        runs clean now, or if the rerun is cut short)."""
+        found = shrunk
+        try:
+            found = replayed(self.runner, shrunk)
+        finally:
+            self.keep(found)
+
+    def keep(self, found: ProgramDisagreement) -> None:
+        """Put ``found`` in the tally and save it (a failed save is said, not raised)."""
+        self.hunt = None
         self.tally.found.append(found)
-        self.tally.saved.append(save(found, out_dir) if out_dir is not None else None)
+        self.tally.saved.append(self.tally.keep(found, self.plan.out_dir))
+
+
+def replayed(runner: Runner, shrunk: ProgramDisagreement) -> ProgramDisagreement:
+    """The disagreement ``shrunk``'s program shows when run again on a fresh engine of
+    ``runner``, or ``shrunk`` if it runs clean now."""
+    steps = run_program(runner, shrunk.program)
+    if steps and steps[-1].outcome.disagrees:
+        return disagreement_of(shrunk.target, shrunk.program, steps)
+    return shrunk
 
 
 def run_programs(
@@ -354,7 +416,7 @@ class ProgramMachine(RuleBasedStateMachine):
         started = self.run.start()
         c.started()
         if started.cls != "ok":
-            c.observe(self.run, Step(None, started))
+            c.observe(self.run, self.run.steps[-1])
             assume(False)
 
     @rule(data=st.data())

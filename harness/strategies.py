@@ -15,13 +15,15 @@ target and hands back the shrunk query.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from kvhit.harness.random_cases import CHOICES, Choice, make_group
@@ -147,3 +149,15 @@ def falsify(
     except AssertionError:
         return failing[-1]
     return None
+
+
+@contextmanager
+def hypothesis_files_in(directory: Path) -> Iterator[None]:
+    """While inside, Hypothesis keeps its own files (the constants it reads in source
+    files, any example database without a path of its own) in ``directory``, not in
+    ``.hypothesis`` in the working directory."""
+    set_hypothesis_home_dir(directory)
+    try:
+        yield
+    finally:
+        set_hypothesis_home_dir(None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvhit.harness.compare import NOT_DISAGREEMENTS
-from kvhit.harness.report import Record
+from kvhit.harness.report import Record, save
 
 
 @dataclass
@@ -41,6 +41,20 @@ class Tally:
     found_at: list[tuple[int, int]] = field(default_factory=list)
     saved: list[Path | None] = field(default_factory=list)
     interrupted: bool = False  # Ctrl-C stopped the run before its end
+    save_error: str | None = None  # why a replay file could not be written
+    load_seconds: float | None = None  # loading the target (the slowest job's), if known
+
+    def keep(self, d: Record, out_dir: Path | None) -> Path | None:
+        """Save ``d`` into ``out_dir`` (None: nowhere); the path written, or None when
+        it cannot be written: ``save_error`` then says why, and the run goes on (what
+        was found is still reported and drawn)."""
+        if out_dir is None:
+            return None
+        try:
+            return save(d, out_dir)
+        except OSError as err:
+            self.save_error = f"{err.filename or out_dir}: {err.strerror or err}"
+            return None
 
     @property
     def disagreements(self) -> int:

@@ -26,9 +26,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import PurePath
 from typing import Any
 
-from kvhit.errors import TargetError, UndrivableTarget
+from kvhit.errors import TargetError, UndrivableTarget, described
 from kvhit.importing import import_attr
 from kvhit.model.protocol import parse_query
 from kvhit.reference import fixed_point_answer, min_of_groups_answer
@@ -59,13 +60,16 @@ class Mode(StrEnum):
 class BuiltIn:
     """A built-in target: its lookup and its stateful factory (``module:attr``, None
     where it has none), the shape of states drawn for it by default
-    (:class:`kvhit.harness.random_cases.QueryShape`, the same for both modes), and what to
-    say when it cannot be imported."""
+    (:class:`kvhit.harness.random_cases.QueryShape`, the same for both modes), what to
+    say when it cannot be imported, and what its lookup would otherwise import in its
+    first call (``preload``, a ``module:attr`` imported with it, so that loading, not
+    the first query, pays for it)."""
 
     lookup: str | None = None
     stateful: str | None = None
     shape: str = "any"
     hint: str = ""
+    preload: str | None = None
 
     def entry(self, mode: Mode) -> str | None:
         """Its ``module:attr`` in ``mode``."""
@@ -87,7 +91,9 @@ BUILTINS: dict[str, BuiltIn] = {
         hint=VLLM_HINT,
     ),
     "vllm-undocumented": BuiltIn(
-        "kvhit.engines.vllm.divergences:vllm_outside_divergences", hint=VLLM_HINT
+        "kvhit.engines.vllm.divergences:vllm_outside_divergences",
+        hint=VLLM_HINT,
+        preload="kvhit.engines.vllm.target:vllm_target",
     ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",
@@ -125,29 +131,57 @@ def entry_of(name: str, mode: Mode) -> str:
 
 
 def load(name: str, mode: Mode = Mode.LOOKUP) -> Target:
-    """Target ``name`` in ``mode``: a built-in, or ``module:attr`` imported with the
-    current directory on the path; :class:`TargetError` (ending with the built-in's
-    install hint) if it cannot be loaded."""
+    """Target ``name`` in ``mode``: a built-in (with what it preloads), or
+    ``module:attr`` imported with the current directory on the path;
+    :class:`TargetError` if it cannot be loaded, naming the exception and where it was
+    raised, and ending with the built-in's install hint."""
     entry = entry_of(name, mode)
     if ":" in name and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     builtin = BUILTINS.get(name)
     hint = f"; {builtin.hint}" if builtin is not None and builtin.hint else ""
-    module_name, _, attr = entry.partition(":")
-    try:
-        func = import_attr(entry)
-    except UndrivableTarget:
-        raise
-    except ValueError:
-        raise TargetError(f"target {name!r}: expected module:{attr or 'function'}") from None
-    except ImportError as err:
-        raise TargetError(f"target {name!r}: cannot import {module_name} ({err}){hint}") from None
-    except Exception as err:  # the module itself failed while being imported
-        reason = f"{type(err).__name__}: {err}"
-        raise TargetError(f"target {name!r}: importing it failed ({reason}){hint}") from None
+    if builtin is not None and builtin.preload and mode == Mode.LOOKUP:
+        imported(name, builtin.preload, hint)
+    func = imported(name, entry, hint)
     if not callable(func):
+        module_name, _, attr = entry.partition(":")
         raise TargetError(f"target {name!r}: {module_name} has no callable {attr!r}")
     return func
+
+
+def imported(name: str, entry: str, hint: str) -> Any:
+    """The attribute ``entry`` (``module:attr``) names, for target ``name``;
+    :class:`TargetError` saying why it cannot be imported (what the module raised, and
+    where; a module written as a file, ``mod.py``, gets the module name to use instead),
+    ending with ``hint``."""
+    module_name, _, attr = entry.partition(":")
+    if not module_name or not attr:
+        raise TargetError(f"target {name!r}: expected module:{attr or 'function'}")
+    if os.sep in module_name or "/" in module_name:
+        raise TargetError(f"target {name!r}: {module_name} is a path{as_module(module_name, attr)}")
+    try:
+        return import_attr(entry)
+    except UndrivableTarget:
+        raise
+    except ImportError as err:
+        reason = f" ({err})" if err.name == module_name else f": {described(err)}"
+        why = f"cannot import {module_name}{reason}"
+    except Exception as err:  # the module itself failed while being imported
+        why = f"importing it failed: {described(err)}"
+    raise TargetError(f"target {name!r}: {why}{as_module(module_name, attr)}{hint}")
+
+
+def as_module(module_name: str, attr: str) -> str:
+    """For a module written as a file (``pkg/returns_str.py``), the advice to name the
+    module instead; else nothing.
+
+    >>> as_module("./pkg/returns_str.py", "f"), as_module("returns_str", "f")
+    ('; name the module, not its file: --target pkg.returns_str:f', '')
+    """
+    if not module_name.endswith(".py") and os.sep not in module_name and "/" not in module_name:
+        return ""
+    parts = [p for p in PurePath(module_name.removesuffix(".py")).parts if p not in (".", "/")]
+    return f"; name the module, not its file: --target {'.'.join(parts)}:{attr}"
 
 
 def get(name: str) -> Target:

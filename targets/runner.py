@@ -1,4 +1,5 @@
-"""Calling a target: a Python callable or a JSON-lines subprocess, with a per-call limit.
+"""Calling a target: a Python callable or a JSON-lines subprocess, with a limit on its
+loading and another on each call.
 
 Every call returns a :class:`Reply`: the target's raw answer, or what went wrong
 (``crash``, ``timeout``, ``unsupported``, or ``bad_return`` when a subprocess printed
@@ -13,6 +14,12 @@ detail. Child processes get their own process group, so Ctrl-C reaches kvhit onl
 and the run can end with its summary. Which runner a target gets is
 :meth:`kvhit.targets.spec.TargetSpec.open`'s choice.
 
+Loading a target (importing it, starting its worker or its program) is not answering
+a query: it has its own limit (:data:`LOAD_TIMEOUT`, ``--load-timeout``), and the
+per-call limit (:data:`CALL_TIMEOUT`, ``--timeout``) counts the call alone. A Python
+target's stdout is never kvhit's: while it is loaded or called, what it prints is
+kept aside (:class:`TargetOutput`) and the end of it goes into a crash's detail.
+
     >>> from kvhit.targets.registry import model_target
     >>> runner = CallableRunner(model_target, CALL_TIMEOUT)
     >>> runner({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
@@ -22,6 +29,7 @@ and the run can end with its summary. Which runner a target gets is
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import selectors
@@ -32,17 +40,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
-from kvhit.errors import TargetError, Unsupported
+from kvhit.errors import TargetError, Unsupported, described, raised_at
+from kvhit.targets import registry
+from kvhit.targets.registry import Mode, Target
 
 CALL_TIMEOUT = 10.0
-STARTUP_GRACE = 5.0  # extra time for a program's first answer after it starts
-WORKER_STARTUP = 120.0  # a worker imports kvhit and the target before it is ready
-STDERR_LINES = 8  # how much of a program's stderr a crash keeps
+LOAD_TIMEOUT = 120.0  # importing a target, or starting its worker or program
+OUTPUT_LINES = 8  # how much of a program's stderr, or a target's stdout, a crash keeps
+KEPT_CHARS = 8192  # how much of what a target prints in one call is kept
 
 
 ReplyStatus = Literal["answer", "crash", "timeout", "unsupported", "bad_return"]
@@ -62,20 +73,21 @@ class Reply:
 
 
 class CallTimeout(BaseException):
-    """A Python target ran past its per-call limit.
+    """A Python target ran past its limit.
 
     A BaseException, so a target's own ``except Exception`` does not swallow it.
     """
 
 
 @contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`CallTimeout` in the block if it runs longer than ``seconds``.
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`CallTimeout` in the block if it runs longer than ``seconds`` (None:
+    no limit).
 
     Uses SIGALRM, so the limit applies only on the main thread (elsewhere the block
     runs unlimited), and it interrupts Python code, not a single long call into C.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if seconds is None or threading.current_thread() is not threading.main_thread():
         yield
         return
 
@@ -91,24 +103,167 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-class CallableRunner:
-    """Calls a Python target in this process."""
+class TargetOutput(io.TextIOBase):
+    """``sys.stdout`` while a Python target is loaded or called (:func:`captured`): what
+    the thread running the target writes is kept (its last :data:`KEPT_CHARS`
+    characters), and what other threads write (kvhit's progress display) goes on to the
+    stdout it stands in for. A logger that took this object as its stream keeps it, so
+    the target's later log lines are kept too.
+    """
 
-    def __init__(self, func: Callable[[dict[str, Any]], Any], timeout: float):
-        self.func = func
-        self.timeout = timeout
+    encoding = "utf-8"
+    errors = "strict"
 
-    def __call__(self, query: dict[str, Any]) -> Reply:
+    def __init__(self) -> None:
+        super().__init__()
+        self.passed: TextIO = sys.stdout
+        self.owner: threading.Thread | None = None
+        self.kept = ""
+
+    def writable(self) -> bool:
+        """It takes text."""
+        return True
+
+    def write(self, text: str) -> int:
+        """Keep ``text`` if the target's thread wrote it, else pass it on."""
+        if threading.current_thread() is self.owner:
+            self.kept = (self.kept + text)[-KEPT_CHARS:]
+        else:
+            self.passed.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush what is passed on."""
+        if threading.current_thread() is not self.owner:
+            self.passed.flush()
+
+    def isatty(self) -> bool:
+        """Whether the stdout it stands in for is a terminal (the progress display
+        asks)."""
+        return self.passed.isatty()
+
+
+TARGET_OUTPUT = TargetOutput()
+
+
+@contextmanager
+def captured() -> Iterator[TargetOutput]:
+    """While inside, ``sys.stdout`` is :data:`TARGET_OUTPUT`, keeping what this thread
+    prints (and only that: it starts empty); the stdout it replaced comes back after."""
+    out = TARGET_OUTPUT
+    replaced = sys.stdout
+    if replaced is not out:
+        out.passed = replaced
+    out.owner, out.kept = threading.current_thread(), ""
+    sys.stdout = out
+    try:
+        yield out
+    finally:
+        out.owner = None
+        sys.stdout = replaced
+
+
+def last_lines(text: str, intro: str) -> str:
+    """``intro`` and the last :data:`OUTPUT_LINES` lines of ``text``, to end a crash's
+    detail; nothing when ``text`` is blank.
+
+    >>> last_lines("a\\nb\\n", "it printed on stdout")
+    '; it printed on stdout, ending with:\\na\\nb'
+    """
+    lines = text.strip().splitlines()
+    if not lines:
+        return ""
+    return f"; {intro}, ending with:\n" + "\n".join(lines[-OUTPUT_LINES:])
+
+
+def size_of(message: dict[str, Any]) -> str:
+    """How large a query (or a stateful message) is, for a message about memory.
+
+    >>> size_of({"groups": [{}, {}], "cached": [[True] * 3, [False] * 3], "max_length": 3000})
+    'a query of 2 groups, 6 blocks in all, M=3,000'
+    >>> size_of({"op": "admit", "request": 0, "tokens": [1]})
+    'an admit of 1 token'
+    """
+    if "cached" in message:
+        blocks = sum(len(row) for row in message["cached"])
+        groups = counted(len(message["groups"]), "group")
+        return (
+            f"a query of {groups}, {counted(blocks, 'block')} in all, M={message['max_length']:,}"
+        )
+    if "tokens" in message:
+        return f"an admit of {counted(len(message['tokens']), 'token')}"
+    return f"a message of {counted(len(json.dumps(message, default=repr)), 'character')}"
+
+
+def counted(n: int, thing: str) -> str:
+    """``n`` things, ``1 thing``."""
+    return f"{n:,} {thing}{'' if n == 1 else 's'}"
+
+
+def crash_detail(err: Exception, message: dict[str, Any]) -> str:
+    """What a target's exception says: its type, message and where it was raised; for
+    a MemoryError (whose message is often empty) also the line that was running and
+    the size of what the target was given."""
+    if not isinstance(err, MemoryError):
+        return described(err)
+    traceback.clear_frames(err.__traceback__)  # free what the target allocated
+    frame = raised_at(err)
+    running = f" running `{frame.line}`" if frame is not None and frame.line else ""
+    return f"{described(err)}: out of memory{running} on {size_of(message)}"
+
+
+def call_target(func: Target, message: dict[str, Any], limit: float | None = None) -> Reply:
+    """Call a Python target on one message within ``limit`` seconds (None: no limit),
+    its stdout kept aside: its answer, or why there is none."""
+    with captured() as out:
         try:
-            with time_limit(self.timeout):
-                value = self.func(query)
+            with time_limit(limit):
+                value = func(message)
         except CallTimeout:
-            return Reply("timeout", detail=f"no answer within {self.timeout:g} s")
+            return Reply("timeout", detail=f"no answer within {limit:g} s")
         except Unsupported as err:
             return Reply("unsupported", detail=str(err))
         except Exception as err:  # the target's own bug is what we are looking for
-            return Reply("crash", detail=f"{type(err).__name__}: {err}")
-        return Reply("answer", value)
+            detail = crash_detail(err, message) + last_lines(out.kept, "it printed on stdout")
+            return Reply("crash", detail=detail)
+    return Reply("answer", value)
+
+
+def load_overrun(name: str, limit: float, where: str = "") -> str:
+    """The error of a target whose loading ran past ``limit``."""
+    return (
+        f"target {name!r}: loading it{where} took longer than the load limit of "
+        f"{limit:g} s (--load-timeout)"
+    )
+
+
+def load_within(name: str, mode: Mode, limit: float) -> tuple[Target, float]:
+    """Target ``name`` in ``mode`` loaded here (:func:`kvhit.targets.registry.load`)
+    within ``limit`` seconds, what it prints kept aside; it and the seconds loading took.
+
+    Raises :class:`~kvhit.errors.TargetError` if it cannot be loaded, or not in time.
+    """
+    start = time.monotonic()
+    with captured():
+        try:
+            with time_limit(limit):
+                func = registry.load(name, mode)
+        except CallTimeout:
+            raise TargetError(load_overrun(name, limit)) from None
+    return func, time.monotonic() - start
+
+
+class CallableRunner:
+    """Calls a Python target in this process; ``load_seconds`` is how long loading it
+    took (None when it was handed over loaded)."""
+
+    def __init__(self, func: Target, timeout: float, load_seconds: float | None = None):
+        self.func = func
+        self.timeout = timeout
+        self.load_seconds = load_seconds
+
+    def __call__(self, query: dict[str, Any]) -> Reply:
+        return call_target(self.func, query, self.timeout)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -119,17 +274,21 @@ class CommandRunner:
 
     A program that hangs past the limit is killed and started again for the next
     call; one that exits is started again too. The first answer after a start may
-    take :data:`STARTUP_GRACE` seconds longer (the program's own start-up). An answer
-    ``{"unsupported": "why"}`` is the program's way of refusing a configuration. The
-    program's stderr goes to a temporary file; a crash's detail ends with its last
-    :data:`STDERR_LINES` lines.
+    take ``load_timeout`` seconds longer (the program's own start-up: kvhit cannot
+    tell it from the answer). An answer ``{"unsupported": "why"}`` is the program's
+    way of refusing a configuration. The program's stderr goes to a temporary file; a
+    crash's detail ends with its last :data:`OUTPUT_LINES` lines.
     """
 
-    def __init__(self, command: str | list[str], timeout: float):
+    def __init__(
+        self, command: str | list[str], timeout: float, load_timeout: float = LOAD_TIMEOUT
+    ):
         self.argv = shlex.split(command) if isinstance(command, str) else command
         if not self.argv:
             raise TargetError("--target-cmd: empty command")
         self.timeout = timeout
+        self.load_timeout = load_timeout
+        self.load_seconds: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending = b""
         self.stderr: Any = None
@@ -150,21 +309,24 @@ class CommandRunner:
                 f"--target-cmd: cannot start {self.argv[0]!r} ({err.strerror})"
             ) from None
 
+    def start_allowance(self) -> float:
+        """The time a first answer after a start gets on top of the call limit."""
+        return self.load_timeout
+
     def stderr_tail(self) -> str:
-        """The last lines the program wrote to stderr, for a crash's detail."""
+        """The end of what the program wrote to stderr, for a crash's detail."""
         if self.stderr is None:
             return ""
         self.stderr.seek(0, os.SEEK_END)
-        self.stderr.seek(max(0, self.stderr.tell() - 8192))
-        lines = self.stderr.read().decode(errors="replace").strip().splitlines()
-        return "\n".join(lines[-STDERR_LINES:])
+        self.stderr.seek(max(0, self.stderr.tell() - KEPT_CHARS))
+        return last_lines(self.stderr.read().decode(errors="replace"), "its stderr")
 
     def crashed(self, what: str) -> Reply:
         """A crash: ``what`` happened, then the program's last stderr lines; the
         program is stopped (the next call starts it again)."""
         tail = self.stderr_tail()
         self.close()
-        return Reply("crash", detail=f"{what}; its stderr ended with:\n{tail}" if tail else what)
+        return Reply("crash", detail=what + tail)
 
     def reply_for(self, value: Any) -> Reply:
         """The reply a decoded answer line stands for."""
@@ -194,10 +356,10 @@ class CommandRunner:
         return line + b"\n"
 
     def __call__(self, query: dict[str, Any]) -> Reply:
-        limit = self.timeout
+        allowance = 0.0
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
-            limit += STARTUP_GRACE
+            allowance = self.start_allowance()
         proc = self.proc
         assert proc.stdin is not None
         try:
@@ -205,11 +367,13 @@ class CommandRunner:
             proc.stdin.flush()
         except BrokenPipeError:
             return self.crashed("the program exited before reading the query")
-        line = self._read_line(proc, limit)
+        line = self._read_line(proc, self.timeout + allowance)
         if line is None:
             self.close(kill=True)
+            started = f" (and {allowance:g} s for its start, --load-timeout)" if allowance else ""
             return Reply(
-                "timeout", detail=f"no answer within {self.timeout:g} s (program restarted)"
+                "timeout",
+                detail=f"no answer within {self.timeout:g} s{started}; program restarted",
             )
         if not line:
             return self.crashed(exit_text(proc.wait()))
@@ -217,7 +381,12 @@ class CommandRunner:
         try:
             value = json.loads(text)
         except (json.JSONDecodeError, RecursionError):
-            return Reply("bad_return", text, f"not JSON: {text[:80]!r}")
+            return Reply(
+                "bad_return",
+                text,
+                f"not JSON: {text[:80]!r} (stdout carries only answers; "
+                "print anything else to stderr)",
+            )
         return self.reply_for(value)
 
     def close(self, kill: bool = False) -> None:
@@ -256,25 +425,46 @@ class IsolatedRunner(CommandRunner):
     The worker loads the target, says it is ready, then answers one query per line
     with ``{"answer": ...}``, ``{"unsupported": why}`` or ``{"crash": what}`` (the
     target raised). A worker that dies or hangs is a ``crash`` or ``timeout`` of that
-    call and is started again for the next. The target is loaded at once, so a target
-    that cannot be loaded is a :class:`TargetError` before any query.
+    call and is started again for the next. The target is loaded at once, within
+    ``load_timeout`` seconds (``load_seconds`` says how long it took), so a target that
+    cannot be loaded is a :class:`TargetError` before any query, and each call's limit
+    counts the call alone.
     """
 
-    def __init__(self, name: str, timeout: float):
-        super().__init__([sys.executable, "-m", "kvhit.targets.worker", name], timeout)
+    def __init__(self, name: str, timeout: float, load_timeout: float = LOAD_TIMEOUT):
+        super().__init__(
+            [sys.executable, "-m", "kvhit.targets.worker", name], timeout, load_timeout
+        )
+        self.name = name
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
+        start = time.monotonic()
         proc = super()._start()
-        line = self._read_line(proc, WORKER_STARTUP)
+        try:
+            line = self._read_line(proc, self.load_timeout)
+        except BaseException:  # Ctrl-C while the worker loads: end the worker too
+            self.proc = proc
+            self.close(kill=True)
+            raise
         hello = json.loads(line) if line else None
         if not isinstance(hello, dict) or "ready" not in hello:
             self.proc = proc
-            reason = hello["error"] if isinstance(hello, dict) else "the worker did not start"
+            if line is None:
+                reason = load_overrun(self.name, self.load_timeout, " in a worker")
+            elif isinstance(hello, dict):
+                reason = hello["error"]
+            else:
+                reason = "the worker did not start"
             tail = self.stderr_tail()
             self.close(kill=True)
-            raise TargetError(f"{reason}\n{tail}".strip())
+            raise TargetError(reason + tail)
+        self.load_seconds = time.monotonic() - start
         return proc
+
+    def start_allowance(self) -> float:
+        """Nothing: the worker said it was ready before the query went out."""
+        return 0.0
 
     def reply_for(self, value: Any) -> Reply:
         if isinstance(value, dict) and "crash" in value:

@@ -1,6 +1,6 @@
 """Which target to check and how to call it: one value for ``--target`` or
-``--target-cmd``, ``--timeout``, ``--isolate`` and ``--vllm-eagle``, and the one place
-that opens it.
+``--target-cmd``, ``--timeout``, ``--isolate``, ``--vllm-eagle`` and
+``--load-timeout``, and the one place that opens it.
 
     >>> spec = TargetSpec(command="./my engine --fast")
     >>> spec.label, spec.replay_flag
@@ -22,16 +22,20 @@ from dataclasses import dataclass
 
 from kvhit.engines.vllm.release import EAGLE_ENV, VLLM_TARGETS, EaglePath, target_label
 from kvhit.errors import TargetError
-from kvhit.targets import registry
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import (
     CALL_TIMEOUT,
+    LOAD_TIMEOUT,
     CallableRunner,
     CommandRunner,
     IsolatedRunner,
     Runner,
+    load_within,
 )
 from kvhit.targets.stateful import EngineHost
+
+COMMAND_LABEL = "cmd:"
+"""How a report's target label starts for a --target-cmd program (:attr:`TargetSpec.label`)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,9 @@ class TargetSpec:
     """A target: ``name`` (a built-in, or ``module:function`` / ``module:factory``) or
     ``command`` (a program speaking JSON lines), exactly one of them; the per-call
     ``timeout``; with ``isolate``, a named target runs in a worker process; a vllm
-    target runs its drafters on ``vllm_eagle`` (:class:`EaglePath`).
+    target runs its drafters on ``vllm_eagle`` (:class:`EaglePath`); loading the target
+    (importing it, starting its worker or its program) has ``load_timeout`` seconds,
+    not counted in any call.
 
     Raises :class:`~kvhit.errors.TargetError` when the combination is not allowed.
     """
@@ -49,6 +55,7 @@ class TargetSpec:
     timeout: float = CALL_TIMEOUT
     isolate: bool = False
     vllm_eagle: EaglePath = EaglePath.DEFAULT
+    load_timeout: float = LOAD_TIMEOUT
 
     def __post_init__(self) -> None:
         if (self.name is None) == (self.command is None):
@@ -64,7 +71,7 @@ class TargetSpec:
     def label(self) -> str:
         """How reports name the target."""
         if self.name is None:
-            return f"cmd:{self.command}"
+            return f"{COMMAND_LABEL}{self.command}"
         return target_label(self.name, self.vllm_eagle)
 
     @property
@@ -91,11 +98,12 @@ class TargetSpec:
                 raise TargetError("--vllm-eagle drop is for lookups, not for stateful engines")
             os.environ[EAGLE_ENV] = self.vllm_eagle
         if self.command is not None:
-            return CommandRunner(self.command, self.timeout)
+            return CommandRunner(self.command, self.timeout, self.load_timeout)
         assert self.name is not None
         if self.isolate:
             if mode == Mode.STATEFUL:
                 raise TargetError("--isolate is for lookups, not for stateful engines")
-            return IsolatedRunner(self.name, self.timeout)
-        loaded = registry.load(self.name, mode)
-        return CallableRunner(EngineHost(loaded) if mode == Mode.STATEFUL else loaded, self.timeout)
+            return IsolatedRunner(self.name, self.timeout, self.load_timeout)
+        loaded, took = load_within(self.name, mode, self.load_timeout)
+        func = EngineHost(loaded) if mode == Mode.STATEFUL else loaded
+        return CallableRunner(func, self.timeout, took)

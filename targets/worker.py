@@ -3,9 +3,12 @@
 It loads TARGET (a built-in or ``module:function``), writes ``{"ready": true}`` (or
 ``{"error": why}`` and exits 2), then reads one normalized query per line on stdin and
 writes one line per query on stdout: ``{"answer": value}``, ``{"unsupported": why}``,
-or ``{"crash": "TypeError: ..."}`` when the target raised. Anything the target
-prints, from Python or from native code, goes to stderr, so stdout carries only
-these lines. If the target kills the process, the parent sees the worker end.
+or ``{"crash": "TypeError: ..."}`` when the target raised. Stdout carries only these
+lines: what the target prints from Python while it is loaded or called is kept aside
+as in kvhit's own process (and the end of it goes into a crash's line), and anything
+else written to the process's stdout (native code, other threads) goes to stderr. If
+the target kills the process, the parent sees the worker end. The parent times the
+loading (``--load-timeout``) and each call (``--timeout``).
 """
 
 from __future__ import annotations
@@ -14,21 +17,21 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
 from typing import Any, TextIO
 
-from kvhit.errors import TargetError, Unsupported
-from kvhit.targets.registry import load
+from kvhit.errors import TargetError
+from kvhit.targets.registry import Target, load
+from kvhit.targets.runner import call_target, captured
 
 
-def answer_line(func: Callable[[dict[str, Any]], Any], query: dict[str, Any]) -> str:
-    """The reply line for one query."""
-    try:
-        out = {"answer": func(query)}
-    except Unsupported as err:
-        out = {"unsupported": str(err)}
-    except Exception as err:  # the target's own bug: the parent reports it as a crash
-        out = {"crash": f"{type(err).__name__}: {err}"}
+def answer_line(func: Target, query: dict[str, Any]) -> str:
+    """The reply line for one query.
+
+    >>> answer_line(lambda q: 1 // 0, {})
+    '{"crash": "ZeroDivisionError: integer division or modulo by zero (raised at ...)"}'
+    """
+    reply = call_target(func, query)
+    out = {"answer": reply.value} if reply.status == "answer" else {reply.status: reply.detail}
     return json.dumps(out, default=repr)
 
 
@@ -45,7 +48,8 @@ def serve(name: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     out = protocol_stdout()
     try:
-        func = load(name)
+        with captured():
+            func = load(name)
     except TargetError as err:
         print(json.dumps({"error": str(err)}), file=out, flush=True)
         return 2

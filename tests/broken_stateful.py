@@ -5,7 +5,11 @@ Each is a factory for ``kvhit gate --stateful --target tests.broken_stateful:NAM
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
 
 from kvhit.errors import Unsupported
 from kvhit.impl.coordinator import CacheHit, Request
@@ -20,6 +24,46 @@ def forgetful_pool(config: dict[str, Any]) -> StatefulImpl:
     pool = engine.engine.coord.pool
     pool.uncache = lambda block: None  # type: ignore[method-assign]
     return engine
+
+
+def freed_after_prefill(config: dict[str, Any]) -> StatefulImpl:
+    """A request's blocks go back to the pool when its prefill is done, as if it had
+    finished: the next allocation evicts them and hands them to another request while
+    the first still runs on them. Eviction drops their hashes, so no lookup ever finds
+    an overwritten block."""
+    engine = StatefulImpl(config)
+    coord = engine.engine.coord
+    coord.drop_skipped = coord.free  # type: ignore[method-assign]
+    engine.engine.finish = lambda request: None  # type: ignore[method-assign]
+    return engine
+
+
+CONTEXT_BLOCKS = 16
+
+
+def short_context_keys(config: dict[str, Any]) -> StatefulImpl:
+    """A block's key covers only the last 16 blocks of context (the block's own tokens
+    and the 15 blocks before), not the whole prefix: prompts that differ only earlier
+    find each other's blocks, and so does a prompt that repeats itself. (Blocks only:
+    with a hash unit, keys are per unit.)"""
+    if config.get("hash_unit"):
+        raise Unsupported("whole blocks only")
+    engine = StatefulImpl(config)
+    for hasher in engine.engine.coord.hashers.values():
+        hasher.hashes = functools.partial(keys_of_last_blocks, hasher.block_size, hasher.hashes)  # type: ignore[method-assign]
+    return engine
+
+
+def keys_of_last_blocks(
+    size: int, hashes: Callable[[Sequence[int]], torch.Tensor], tokens: Sequence[int]
+) -> torch.Tensor:
+    """The key of every full block of ``tokens``: the whole-prefix key (``hashes``) of
+    the block's tokens and the CONTEXT_BLOCKS - 1 blocks before it only."""
+    keys = [
+        int(hashes(tokens[max(0, k + 1 - CONTEXT_BLOCKS) * size : (k + 1) * size])[-1])
+        for k in range(len(tokens) // size)
+    ]
+    return torch.tensor(keys, dtype=torch.int64)
 
 
 def window_drop_keeps_hash(config: dict[str, Any]) -> StatefulImpl:
@@ -67,3 +111,31 @@ def first_full_truncated(config: dict[str, Any]) -> StatefulImpl:
 
     coord.find_longest_cache_hit = lookup_truncating_first  # type: ignore[method-assign]
     return engine
+
+
+def forgetful_and_falls_over(config: dict[str, Any]) -> StatefulImpl:
+    """:func:`forgetful_pool`'s bug, and every finish raises once it has freed the
+    request's blocks: a program that ends in a stale block has usually crashed before."""
+    engine = forgetful_pool(config)
+    finish = engine.finish
+
+    def finish_then_raise(request: int) -> None:
+        finish(request)
+        raise RuntimeError("fell over after finishing")
+
+    engine.finish = finish_then_raise  # type: ignore[method-assign]
+    return engine
+
+
+def fails_to_start(config: dict[str, Any]) -> StatefulImpl:
+    """An engine that cannot be created at all."""
+    raise RuntimeError("no engine today")
+
+
+class Interrupted(StatefulImpl):
+    """An engine whose second admit is cut short by Ctrl-C."""
+
+    def admit(self, request: int, tokens: Any) -> dict[str, Any]:
+        if self.requests:
+            raise KeyboardInterrupt
+        return super().admit(request, tokens)

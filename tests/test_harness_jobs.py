@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from test_harness_cli import BROKEN, HERE, kvhit
+from test_harness_cli import BROKEN, HERE, kvhit, untimed
 
 from kvhit.harness.gate import random_phases
 from kvhit.harness.jobs import CaseCampaign, run_campaign
@@ -25,8 +25,7 @@ def report_of(tmp_path: Path, out: str, *args: str) -> dict:
     code, report, stderr = kvhit(*args, "--out", out, "--json", cwd=tmp_path)
     assert code in (0, 1), stderr
     assert report is not None
-    del report["seconds"]
-    return report
+    return untimed(report)
 
 
 def test_fuzz_on_two_jobs_checks_the_same_cases_as_one(tmp_path: Path) -> None:

@@ -246,9 +246,9 @@ def test_gate_stateful_on_the_impl_passes(tmp_path: Path) -> None:
 def test_gate_stateful_catches_saves_and_replays(tmp_path: Path) -> None:
     target = f"{BROKEN}:first_full_truncated"
     junit = tmp_path / "gate.xml"
-    code, report, _ = kvhit(
-        "gate", "--stateful", "--target", target, "--json", "--junit", str(junit), cwd=tmp_path
-    )
+    # a budget of programs, not of seconds: the same programs however busy the machine
+    args = ("--seconds", "600", "--cases", "400", "--json", "--junit", str(junit))
+    code, report, _ = kvhit("gate", "--stateful", "--target", target, *args, cwd=tmp_path)
     assert code == 1 and report is not None
     (found,) = report["disagreements"]
     assert found["class"] == "wrong_blocks" and found["program"]["ops"]

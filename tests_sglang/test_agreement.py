@@ -5,6 +5,8 @@ from __future__ import annotations
 import doctest
 import itertools
 from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
 from cases import bits, mamba_queries, query, unified_queries, window_queries
@@ -17,50 +19,62 @@ from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind, group_of
 from kvhit.targets.registry import model_target
 
+Answer = dict[str, Any]
+
+
+def agreeing(queries: Iterable[dict[str, Any]]) -> list[Answer]:
+    """SGLang's answer to each query, each asserted equal to the model's."""
+    answers = []
+    for q in queries:
+        answer = sglang_target(q)
+        assert answer == model_target(q), q
+        answers.append(answer)
+    return answers
+
+
+def hits(answers: list[Answer]) -> int:
+    """How many answers reuse something."""
+    return sum(a["length"] > 0 for a in answers)
+
 
 @pytest.mark.parametrize("convention", ["inclusive", "exclusive"])
 def test_the_window_cache_agrees_under_both_conventions(convention: str) -> None:
-    agreed = hits = 0
-    for q in window_queries(convention):
-        if convention == "inclusive" and q["groups"][1]["window"] == 1:
-            continue  # SGLang's window must be positive: pinned in test_findings
-        answer = sglang_target(q)
-        assert answer == model_target(q), q
-        agreed += 1
-        hits += answer["length"] > 0
-    assert agreed > 2000 and hits > 500
+    answers = agreeing(
+        q
+        for q in window_queries(convention)
+        # SGLang's window must be positive: pinned in test_findings
+        if not (convention == "inclusive" and q["groups"][1]["window"] == 1)
+    )
+    assert len(answers) > 2000 and hits(answers) > 500
 
 
 def test_the_mamba_cache_agrees() -> None:
-    agreed = hits = 0
-    for q in mamba_queries():
-        answer = sglang_target(q)
-        assert answer == model_target(q), q
-        agreed += 1
-        hits += answer["length"] > 0
-    assert agreed > 150 and hits > 100
+    answers = agreeing(mamba_queries())
+    assert len(answers) > 150 and hits(answers) > 100
 
 
 def test_sglang_shaped_random_queries_are_all_answered_and_agree() -> None:
     """``--shape sglang`` (the gate's default for this target) draws only states the
     tree holds: every one answered, none ``unsupported``; windows in both conventions."""
     drawn: Counter[str] = Counter()
-    for q in random_queries(19, 1500, shape=QueryShape.SGLANG):
-        answer = sglang_target(q.to_json())
-        assert answer == model_target(q.to_json()), q.to_json()
+    queries = list(random_queries(19, 1500, shape=QueryShape.SGLANG))
+    answers = agreeing(q.to_json() for q in queries)
+    for q in queries:
         drawn.update(g.kind for g in q.groups)
         drawn["exclusive"] += any(g.exclusive for g in q.groups)
-        drawn["hit"] += answer["length"] > 0
+    drawn["hit"] = hits(answers)
     assert min(drawn["sliding_window"], drawn["mamba"], drawn["exclusive"]) > 150, drawn
     assert drawn["hit"] > 500, drawn
 
 
 def test_a_full_attention_tree_alone_agrees() -> None:
-    for b in (1, 2, 4):
-        for full in range(4):
-            for m in range(0, (full + 1) * b + 1):
-                q = query([{"kind": "full", "block_size": b}], ["1" * full], m)
-                assert sglang_target(q) == model_target(q)
+    answers = agreeing(
+        query([{"kind": "full", "block_size": b}], ["1" * full], m)
+        for b in (1, 2, 4)
+        for full in range(4)
+        for m in range(0, (full + 1) * b + 1)
+    )
+    assert hits(answers) > 10
 
 
 def test_the_tree_holds_exactly_the_query_window_state() -> None:
@@ -112,14 +126,9 @@ def test_the_tree_holds_each_kind_it_has_a_reuse_for_and_refuses_the_others(kind
 
 def test_full_window_and_mamba_in_one_tree_agree() -> None:
     """SGLang's UnifiedRadixCache with all three components: every small state."""
-    agreed = hits = both = 0
-    for q in unified_queries():
-        answer = sglang_target(q)
-        assert answer == model_target(q), q
-        agreed += 1
-        hits += answer["length"] > 0
-        both += bool(answer["blocks"][1]) and bool(answer["blocks"][2])
-    assert agreed > 1500 and hits > 500 and both > 300
+    answers = agreeing(unified_queries())
+    both = sum(bool(a["blocks"][1]) and bool(a["blocks"][2]) for a in answers)
+    assert len(answers) > 1500 and hits(answers) > 500 and both > 300
 
 
 @pytest.mark.parametrize("page", [2, 4])
@@ -127,24 +136,23 @@ def test_mamba_at_page_size_above_one_agrees(page: int) -> None:
     """With SGLang's extra buffer the Mamba component takes any page size; its states
     sit on page ends, one bit per page."""
     groups = [{"kind": "full", "block_size": page}, {"kind": "mamba", "block_size": page}]
-    agreed = hits = 0
-    for full in range(0, 5):
-        for row in bits(full):
-            if full and row[-1] == "0":
-                continue
-            for m in range(0, (full + 1) * page + 1):
-                q = query(groups, ["1" * full, row], m)
-                answer = sglang_target(q)
-                assert answer == model_target(q), q
-                agreed += 1
-                hits += answer["length"] > 0
-    assert agreed > 100 and hits > 50
+
+    def states() -> Iterator[dict[str, Any]]:
+        for full in range(0, 5):
+            for row in bits(full):
+                if full and row[-1] == "0":
+                    continue
+                for m in range(0, (full + 1) * page + 1):
+                    yield query(groups, ["1" * full, row], m)
+
+    answers = agreeing(states())
+    assert len(answers) > 100 and hits(answers) > 50
 
 
 def test_a_drafter_window_beside_the_target_window_agrees() -> None:
     """Two windows on one row: SGLang's sliding_window_size and draft_swa_window, whose
     KV shares the window slots; SGLang keeps and matches the larger."""
-    agreed = differ = 0
+    pairs = []
     for full in range(0, 5):
         for row in bits(full):
             for s, d in itertools.product(range(1, 4), range(1, 5)):
@@ -153,13 +161,13 @@ def test_a_drafter_window_beside_the_target_window_agrees() -> None:
                     {**g, "window_convention": "exclusive"} for g in windows
                 ]
                 for m in range(0, full + 2):
-                    q = query(groups, ["1" * full, row, row], m)
-                    answer = sglang_target(q)
-                    assert answer == model_target(q), q
-                    agreed += 1
                     alone = query(groups[:2], ["1" * full, row], m)
-                    differ += answer["length"] != model_target(alone)["length"]
-    assert agreed > 1000 and differ > 100
+                    pairs.append((query(groups, ["1" * full, row, row], m), alone))
+    answers = agreeing(q for q, _ in pairs)
+    differ = sum(
+        a["length"] != model_target(alone)["length"] for a, (_, alone) in zip(answers, pairs)
+    )
+    assert len(answers) > 1000 and differ > 100
 
 
 def test_hash_unit_queries_are_answered_at_page_size_h() -> None:
@@ -170,9 +178,11 @@ def test_hash_unit_queries_are_answered_at_page_size_h() -> None:
         [[True, {"upto": 6}], [True, {"upto": 6}]],
         [[{"upto": 2}], [{"upto": 2}]],
     ]
-    for rows in states:
-        for m in range(0, 9):
-            q = {"groups": groups, "cached": rows, "max_length": m, "hash_unit": 2}
-            assert sglang_target(q) == model_target(q), q
+    queries = [
+        {"groups": groups, "cached": rows, "max_length": m, "hash_unit": 2}
+        for rows in states
+        for m in range(0, 9)
+    ]
+    agreeing(queries)
     with pytest.raises(Unsupported, match="A must be equal"):
-        sglang_target({**q, "alignment": 4})
+        sglang_target({**queries[-1], "alignment": 4})

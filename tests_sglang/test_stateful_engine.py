@@ -68,7 +68,9 @@ def test_window_kv_behind_the_window_is_freed_and_the_hit_reads_only_the_window(
     exclusive = {**window, "window_convention": "exclusive"}
     sglang = engine([FULL1, exclusive], 16)
     first = sglang.admit(0, [0, 1, 2, 3, 4, 5])
-    assert first["length"] == 0 and None not in first["tables"][1]
+    # after its prefill the request holds window KV only for the last 3 tokens
+    assert first["length"] == 0 and first["tables"][1][:3] == [None] * 3
+    assert None not in first["tables"][1][3:]
     assert sglang.snapshot([0, 1, 2, 3, 4, 5, 9])["cached"] == [
         [True] * 6,
         [False] * 3 + [True] * 3,
@@ -158,22 +160,33 @@ def test_the_stateful_gate_finds_nothing_in_sglang() -> None:
     assert tally.counts["unsupported"] == 0
 
 
+STALE_READ = ("unsafe", "stale block")
+DOUBLE_FREE = ("crash", "admit: AssertionError (raised at ")
+"""The window pages freed behind the tree are freed again by SGLang when the tree
+lets them go: its allocator's assert, if no request reads one first."""
+
+
 @pytest.mark.parametrize(
-    ("factory", "kind"),
-    [(working_state_reported, "mamba"), (window_freed_behind_the_tree, "sliding_window")],
+    ("factory", "kind", "shown"),
+    [
+        (working_state_reported, "mamba", [STALE_READ]),
+        (window_freed_behind_the_tree, "sliding_window", [STALE_READ, DOUBLE_FREE]),
+    ],
 )
-def test_a_broken_engine_is_caught_and_shrunk(tmp_path: Path, factory: Any, kind: str) -> None:
+def test_a_broken_engine_is_caught_and_shrunk(
+    tmp_path: Path, factory: Any, kind: str, shown: list[tuple[str, str]]
+) -> None:
     runner = CallableRunner(EngineHost(factory), timeout=30.0)
     plan = ProgramPlan(kinds=(kind,), shape="sglang", shrink_seconds=10, out_dir=tmp_path)
     tally = run_programs(runner, factory.__name__, plan, programs=PROGRAMS)
     (found,) = tally.found
-    assert found.cls == "unsafe" and found.reason.startswith("stale block")
+    assert any(found.cls == cls and found.reason.startswith(why) for cls, why in shown), found
     assert len(found.program.ops) <= 3
     (path,) = tally.files
     saved, _ = load_program_file(path.read_text())
     assert [g.kind for g in saved.groups if g.kind != "full"] == [kind]
     replayed = run_program(CallableRunner(EngineHost(factory), timeout=30.0), saved)
-    assert str(replayed[-1].outcome.cls) == "unsafe"
+    assert str(replayed[-1].outcome.cls) == found.cls
     assert str(run_program(open_stateful("sglang"), saved)[-1].outcome.cls) == "ok"
 
 

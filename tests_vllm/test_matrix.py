@@ -28,9 +28,12 @@ def test_the_matrix_gates_every_installed_release(tmp_path: Path) -> None:
     assert INSTALLED, f"no release folder in {RELEASES_DIR} (scripts/install-vllm.sh)"
     releases = ",".join(INSTALLED)
     done = kvhit("matrix", "--vllm", releases, "--cases", "100", "--json", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)["rows"]
+    found = json.loads(done.stdout)
+    rows = found["rows"]
     assert [row["release"] for row in rows] == INSTALLED
+    crashing = [row["release"] for row in rows if row["counts"]["crash"]]
+    assert set(crashing) <= set(found["failing"])  # no documented divergence crashes
+    assert done.returncode == (1 if found["failing"] else 0), done.stderr
     for row in rows:
         assert row["error"] is None
         assert row["counts"]["unsafe"] > 0  # every release has an unsafe class (chunks)

@@ -25,11 +25,14 @@ the sglang 0.5.23 wheel, under ``sglang/srt/``):
 3. ``req.lock = tree_cache.lock(req.last_node)`` (``schedule_policy.py:1690``), then
    ``ScheduleBatch.prepare_for_extend`` (its ``alloc_for_extend`` evicts from the
    tree and allocates the KV slots of tokens L … T-1);
-4. the tables are read off the request's row as the prefill uses them, then
-   ``checkpoint_kv_cache`` (``mem_cache/common.py:271``), which the batch result
+4. ``checkpoint_kv_cache`` (``mem_cache/common.py:271``), which the batch result
    processor calls after a prefill (``scheduler_components/batch_result_processor.py:394``):
    the insert of the request's pages, the window KV freed below the window
-   (``swa_evicted_seqlen``), and the Mamba state at T copied into a new slot for the tree.
+   (``swa_evicted_seqlen``), and the Mamba state at T copied into a new slot for the tree;
+   then the tables are read off the request's row as the request reads it from then on.
+   The insert re-points a page the tree already held at the tree's copy and frees the
+   request's own (``unified_radix_cache.py``, ``checkpoint_into_tree``): a row read before
+   it names pages the request no longer holds.
 
 ``finish`` marks the request finished and calls ``release_kv_cache(checkpoint=True)``
 (``common.py:400``). ``snapshot`` reads the tree without touching it: SGLang's
@@ -188,8 +191,9 @@ class SglangCacheEngine:
             self.cache, MODEL, False, SpeculativeAlgorithm.NONE,
         )  # fmt: skip
         batch.prepare_for_extend()
-        answer = self.answer(req, len(tokens), source)
+        length = req.prefix_len
         checkpoint_kv_cache(req, self.cache)
+        answer = self.answer(req, len(tokens), length, source)
         if self.tree.mamba_index is not None:
             answer["tables"][self.tree.mamba_index][-1] = self.checkpoint_state(req)
         self.requests[request] = req
@@ -224,10 +228,10 @@ class SglangCacheEngine:
         ]
         return "SGLang cannot hold it: " + ", ".join(short) if short else ""
 
-    def answer(self, req: Req, num_tokens: int, source: Any) -> dict[str, Any]:
-        """The hit, the blocks reused and the tables, off the request's row as the
-        prefill reads it; ``source`` is the Mamba state the hit copied."""
-        page, length = self.tree.page, req.prefix_len
+    def answer(self, req: Req, num_tokens: int, length: int, source: Any) -> dict[str, Any]:
+        """The hit ``length``, the blocks reused and the tables, off the request's row
+        as it reads it from now on; ``source`` is the Mamba state the hit copied."""
+        page = self.tree.page
         row = self.cache.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :num_tokens]
         starts = row[::page].tolist()
         full = [slot // page for slot in starts]

@@ -32,6 +32,7 @@ import os
 import textwrap
 from dataclasses import dataclass, fields
 from enum import StrEnum
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from math import lcm
 from typing import Any
@@ -66,7 +67,13 @@ class EaglePath(StrEnum):
 def eagle_path() -> EaglePath:
     """The path :data:`EAGLE_ENV` names (``default`` when unset); UndrivableTarget if it
     names none."""
-    named = os.environ.get(EAGLE_ENV, EaglePath.DEFAULT)
+    return path_named(os.environ.get(EAGLE_ENV, EaglePath.DEFAULT))
+
+
+@cache
+def path_named(named: str) -> EaglePath:
+    """The path called ``named`` (read once per name: the target asks on every query);
+    UndrivableTarget if there is none."""
     if named not in tuple(EaglePath):
         raise UndrivableTarget(f"{EAGLE_ENV}={named!r}: expected one of {', '.join(EaglePath)}")
     return EaglePath(named)

@@ -43,6 +43,12 @@ Each query is configured as vLLM configures that model on the release by default
   ``--vllm-eagle drop``: :class:`kvhit.engines.vllm.release.EaglePath`.
 - A single group goes to vLLM's unitary coordinator, which aligns hits to the
   group's block size; vLLM only ever builds it with A = b, so other A are refused.
+- vLLM's coordinator is built once per *shape* of query (its groups, T, A, h, the
+  pool's size and the drafters' path: everything vLLM's configs and coordinator are
+  built from) and kept (:class:`Coordinators`); after each lookup its block pool is
+  reset to the state a fresh build gives (:func:`reset_pool`), so the next query of
+  that shape starts from a fresh pool. A lookup that raises drops its coordinator.
+  What a shape cannot be asked is kept too, so it is refused without a build.
 - vLLM refuses some configurations outright (its own asserts, e.g. chunked local
   attention with mixed block sizes): the adapter knows them from the configuration
   (:func:`kvhit.engines.vllm.release.refusal`) and raises
@@ -58,9 +64,11 @@ Each query is configured as vLLM configures that model on the release by default
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import reduce
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache, reduce
 from math import gcd, lcm
 from types import SimpleNamespace
 from typing import Any
@@ -85,8 +93,13 @@ from kvhit.model.spec import Group, Kind, Query, Upto, inclusive_window
 try:
     from vllm.utils.hashing import sha256
     from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.block_pool import BlockPool
     from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
-    from vllm.v1.core.kv_cache_utils import BlockHash, get_request_block_hasher
+    from vllm.v1.core.kv_cache_utils import (
+        BlockHash,
+        FreeKVCacheBlockQueue,
+        get_request_block_hasher,
+    )
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
         FullAttentionSpec,
@@ -101,6 +114,8 @@ except ImportError as err:
 
 RELEASE = detect()
 kv_cache_utils.init_none_hash(sha256)
+# A pool reset says so at INFO level, once per query here; vLLM's warnings still show.
+logging.getLogger(BlockPool.__module__).setLevel(logging.WARNING)
 
 # Tiny shapes: the lookup never touches KV memory, only the specs' kinds and sizes.
 ATTENTION = {"num_kv_heads": 1, "head_size": 8, "dtype": torch.float32}
@@ -269,19 +284,21 @@ def request(num_tokens: int) -> SimpleNamespace:
     )
 
 
-def request_hashes(num_tokens: int, block_size: int, lookahead: int = 0) -> list[BlockHash]:
+@lru_cache(maxsize=64)
+def request_hashes(num_tokens: int, block_size: int, lookahead: int = 0) -> tuple[BlockHash, ...]:
     """The chained block hashes vLLM's own request hasher gives a request of tokens
     0 … num_tokens-1; with ``lookahead`` La (0.33+), each also covers the La tokens after
-    its block, so only blocks ending by num_tokens - La have one.
+    its block, so only blocks ending by num_tokens - La have one. The same arguments
+    give the same hashes in a process, so the last 64 requests are kept, not hashed again.
 
     >>> len(request_hashes(10, 4))  # only whole blocks are hashed
     2
     """
     extra = (lookahead,) if lookahead else ()
-    return get_request_block_hasher(block_size, sha256, *extra)(request(num_tokens))
+    return tuple(get_request_block_hasher(block_size, sha256, *extra)(request(num_tokens)))
 
 
-def mark_cached(coordinator: KVCacheCoordinator, q: Query, hashes: list[BlockHash]) -> None:
+def mark_cached(coordinator: KVCacheCoordinator, q: Query, hashes: Sequence[BlockHash]) -> None:
     """Put exactly the query's cached blocks into the coordinator's block pool: whole
     blocks through ``cache_full_blocks``, a partially filled one through
     ``cache_partial_block`` at its fine boundary (as vLLM registers a prompt's tail)."""
@@ -299,26 +316,86 @@ def mark_cached(coordinator: KVCacheCoordinator, q: Query, hashes: list[BlockHas
                 pool.cache_partial_block(owner, block, entry.end, group_id, g.block_size)
 
 
-def prepare(q: Query, path: EaglePath | None = None) -> tuple[KVCacheCoordinator, list[BlockHash]]:
-    """vLLM's coordinator holding the query's cache state, and the request's hashes."""
-    path = eagle_path() if path is None else path
-    coordinator = build_coordinator(q, path)
-    hashes = request_hashes(
-        q.num_tokens, coordinator.block_pool.hash_block_size, hash_lookahead(q, path)
-    )
-    mark_cached(coordinator, q, hashes)
-    return coordinator, hashes
+def reset_pool(pool: BlockPool) -> None:
+    """Bring a block pool back to the state a fresh build gives, with vLLM's own calls:
+    every block in use freed, the prefix cache reset (no hash anywhere), and the free
+    queue rebuilt in block order from block 1 (block 0 is the null block), as
+    ``BlockPool.__init__`` leaves it."""
+    pool.free_blocks([b for b in pool.blocks if b.ref_cnt and not b.is_null])
+    if not pool.reset_prefix_cache():
+        raise RuntimeError("vLLM's block pool did not reset (blocks still in use)")
+    pool.free_block_queue = FreeKVCacheBlockQueue(pool.blocks[1:])
 
 
-def lookup(q: Query, path: EaglePath | None = None) -> Lookup:
-    """Run vLLM's ``find_longest_cache_hit`` on the query's cache state.
+def shape_key(q: Query, path: EaglePath) -> Hashable:
+    """What vLLM's configs and coordinator for ``q`` are built from: all but the cache
+    state (the pool's size is the number of entries the state holds)."""
+    return q.groups, q.num_tokens, q.alignment, q.hash_unit, pool_size(q), path
+
+
+@dataclass
+class Coordinators:
+    """vLLM's coordinators by :func:`shape_key`, each with a fresh pool, or why the
+    shape cannot be asked; the ``size`` shapes used last are kept."""
+
+    size: int = 256
+    kept: OrderedDict[Hashable, KVCacheCoordinator | str] = field(default_factory=OrderedDict)
+
+    def take(self, q: Query, path: EaglePath) -> KVCacheCoordinator:
+        """The coordinator for ``q``'s shape, taken out until :meth:`give_back`:
+        kept, or built (:func:`build_coordinator`); :class:`Unsupported` if the shape
+        cannot be asked."""
+        key = shape_key(q, path)
+        kept = self.kept.pop(key, None)
+        if isinstance(kept, str):
+            self.keep(key, kept)
+            raise Unsupported(kept)
+        if kept is not None:
+            return kept
+        try:
+            return build_coordinator(q, path)
+        except Unsupported as err:
+            self.keep(key, str(err))
+            raise
+
+    def give_back(self, q: Query, path: EaglePath, coordinator: KVCacheCoordinator) -> None:
+        """Keep a coordinator taken for ``q``, its pool reset (with ``size`` 0 nothing
+        is kept: every query builds its coordinator afresh)."""
+        if self.size:
+            reset_pool(coordinator.block_pool)
+            self.keep(shape_key(q, path), coordinator)
+
+    def keep(self, key: Hashable, value: KVCacheCoordinator | str) -> None:
+        """Keep ``value`` for ``key``, forgetting the shape used longest ago if full."""
+        self.kept[key] = value
+        if len(self.kept) > self.size:
+            self.kept.popitem(last=False)
+
+
+COORDINATORS = Coordinators()
+"""The coordinators this process keeps."""
+
+
+def lookup(
+    q: Query, path: EaglePath | None = None, coordinators: Coordinators = COORDINATORS
+) -> Lookup:
+    """Run vLLM's ``find_longest_cache_hit`` on the query's cache state, in the
+    coordinator ``coordinators`` keep for its shape.
 
     Configurations the release refuses raise :class:`Unsupported` before the call;
     anything vLLM raises during it (its asserts included) surfaces as a crash.
     """
-    coordinator, hashes = prepare(q, path)
+    path = eagle_path() if path is None else path
+    coordinator = coordinators.take(q, path)
+    hashes = list(
+        request_hashes(
+            q.num_tokens, coordinator.block_pool.hash_block_size, hash_lookahead(q, path)
+        )
+    )
+    mark_cached(coordinator, q, hashes)
     blocks, length, *uncached = coordinator.find_longest_cache_hit(hashes, q.max_length)
     reused = [[j for j, block in enumerate(group) if not block.is_null] for group in blocks]
+    coordinators.give_back(q, path, coordinator)
     return Lookup(length, reused, uncached[0] if uncached else None)
 
 
