@@ -67,6 +67,8 @@ class CaseChecker:
     out_dir: Path | None = None
     on_found: Callable[[Disagreement, Path | None], None] = lambda d, path: None
     on_case: Callable[[Tally], None] = lambda tally: None
+    on_saved: Callable[[Tally], None] = lambda tally: None
+    """Told each time a disagreement is put in the tally and saved (as seen, then shrunk)."""
     proceed: Callable[[tuple[int, int]], bool] = lambda position: True
     """Asked before each case with its :attr:`position`; False stops the run."""
     stop_at_first: bool = False
@@ -114,6 +116,7 @@ class CaseChecker:
         tally = self.tally
         tally.found.append(seen)
         tally.saved.append(first := self.keep(seen))
+        self.on_saved(tally)
         cls = seen.cls
         small = shrink(seen.query, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
         outcome, answer = self.judge(small)
@@ -121,9 +124,10 @@ class CaseChecker:
         if outcome.cls == cls:
             found = Disagreement(self.target, cls, small, json_safe(answer), outcome.reason)
         path = self.keep(found)
+        tally.found[-1], tally.saved[-1] = found, path
+        self.on_saved(tally)
         if first is not None and first != path:
             first.unlink(missing_ok=True)
-        tally.found[-1], tally.saved[-1] = found, path
         self.on_found(found, path)
         return found
 

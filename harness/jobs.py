@@ -44,7 +44,7 @@ from typing import Any
 from kvhit.errors import TargetError
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.report import Record
-from kvhit.harness.tally import OnProgress, Tally
+from kvhit.harness.tally import Finding, OnProgress, Tally
 from kvhit.targets.spec import TargetSpec
 
 PLACE = 1 << 40
@@ -77,11 +77,13 @@ class CaseCampaign:
 
 @dataclass(frozen=True)
 class JobReport:
-    """A job's counts so far; ``done`` holds its tally once it has finished."""
+    """A job's counts and findings so far (so a job that never gets to report its end
+    loses nothing it saved); ``done`` holds its tally once it has finished."""
 
     job: int
     cases: int
     counts: dict[str, int]
+    found: tuple[Finding, ...] = ()
     done: Tally | None = None
     error: str | None = None
 
@@ -112,11 +114,14 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
         return Tally(label, interrupted=True)
     last = [0, time.monotonic()]
 
+    def so_far(tally: Tally) -> None:
+        send(JobReport(job, tally.cases, dict(tally.counts), tally.findings()))
+
     def tick(tally: Tally) -> None:
         now = time.monotonic()
         if tally.cases - last[0] >= 50 or now - last[1] >= SEND_EVERY:
             last[:] = [tally.cases, now]
-            send(JobReport(job, tally.cases, dict(tally.counts)))
+            so_far(tally)
 
     def heard(position: tuple[int, int]) -> bool:
         return stop is None or place(position) < stop.value
@@ -132,6 +137,7 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
         campaign.out,
         on_found=found,
         on_case=tick,
+        on_saved=so_far,
         proceed=heard,
         stop_at_first=campaign.stop_at_first,
         shrink_seconds=campaign.shrink_seconds,
@@ -162,7 +168,7 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.by_phase.update(tally.by_phase)
         total.interrupted |= tally.interrupted
         total.save_error = total.save_error or tally.save_error
-        seen += zip(tally.found_at, tally.found, tally.saved)
+        seen += tally.findings()
     loads = [t.load_seconds for t in tallies if t.load_seconds is not None]
     total.load_seconds = max(loads, default=None)
     first: dict[str, tuple[tuple[int, int], Record, Path | None]] = {}
@@ -332,12 +338,17 @@ def ray_messages(
 
 def final_tally(label: str, last: JobReport | None) -> Tally:
     """A job's tally: the one it sent when it finished or, for a job ended after
-    Ctrl-C before it could report, its last counts, interrupted."""
+    Ctrl-C before it could report, its last counts and findings, interrupted."""
     if last is not None and last.done is not None:
         return last.done
     if last is None:
         return Tally(label, interrupted=True)
-    return Tally(label, last.cases, counts=Counter(last.counts), interrupted=True)
+    tally = Tally(label, last.cases, counts=Counter(last.counts), interrupted=True)
+    for at, d, path in last.found:
+        tally.found_at.append(at)
+        tally.found.append(d)
+        tally.saved.append(path)
+    return tally
 
 
 def default_jobs() -> int:

@@ -20,6 +20,9 @@ from pathlib import Path
 from kvhit.harness.compare import NOT_DISAGREEMENTS
 from kvhit.harness.report import Record, save
 
+Finding = tuple[tuple[int, int], Record, Path | None]
+"""Where a disagreement was first seen (see :class:`Tally`), the record, its file."""
+
 
 @dataclass
 class Tally:
@@ -65,6 +68,10 @@ class Tally:
     def files(self) -> list[Path]:
         """The replay files written."""
         return [path for path in self.saved if path is not None]
+
+    def findings(self) -> tuple[Finding, ...]:
+        """Each disagreement kept so far, with where it was first seen and its file."""
+        return tuple(zip(self.found_at, self.found, self.saved))
 
     def found_new(self, cls: str) -> bool:
         """Whether no disagreement of class ``cls`` has been found yet."""

@@ -357,3 +357,52 @@ def test_a_heartbeat_tells_the_counts_while_a_run_is_long() -> None:
     assert lines[0] == "checking: started (a line every 0.05 s)"
     assert re.fullmatch(r"checking: \d+ s, no case yet", lines[1])
     assert re.fullmatch(r"checking: \d+ s, 3 cases: ok 3", lines[-1])
+
+
+STUCK = """
+import signal
+import time
+
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import longest_hit
+from kvhit.targets.registry import seed_min_target
+
+FOUND = []
+
+
+def stuck_after_unsafe(query):
+    if FOUND:  # shrinking: Ctrl-C can no longer reach this job
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        time.sleep(600)
+    answer = seed_min_target(query)
+    FOUND.extend([True] * (answer["length"] > longest_hit(parse_query(query)).length))
+    return answer
+"""
+
+
+def test_a_job_that_cannot_stop_loses_nothing_it_saved(tmp_path: Path) -> None:
+    """A job stuck where Ctrl-C cannot reach it is ended after a grace; what it had
+    saved is still reported, drawn and named in the replay hint."""
+    (tmp_path / "stuck.py").write_text(STUCK)
+    args = ["gate", "--target", "stuck:stuck_after_unsafe", "--jobs", "2", "--timeout", "900"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvhit.cli", *args, "--out", "found"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + HANG
+        while not list((tmp_path / "found").glob("unsafe-*.json")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1.0)  # the job is asleep in its next call
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=LIVENESS)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    (saved,) = (tmp_path / "found").glob("unsafe-*.json")
+    assert f"replay with: kvhit replay found/{saved.name}" in out, out
+    assert "reference answer L* =" in out and "no disagreement found" not in out

@@ -249,8 +249,9 @@ class SglangCacheEngine:
         if self.tree.mamba_index is not None:
             states: list[int | None] = [None] * num_tokens
             if length and source is not None:
-                states[length - 1] = self.state_id(int(source.view(-1)[0]))
-                reused[self.tree.mamba_index] = [states[length - 1]]
+                state = self.state_id(int(source.view(-1)[0]))
+                states[length - 1] = state
+                reused[self.tree.mamba_index] = [state]
             tables[self.tree.mamba_index] = states
         return {"length": length, "reused": reused, "tables": tables}
 
