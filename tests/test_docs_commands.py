@@ -6,8 +6,8 @@ commands must exit with N, and the drawn lines its output shows (``query:``, ``g
 ``... answered ...``, ``reference answer``) must be printed, in that order. A block
 marked ``<!-- docs-test: exit N, needs vllm -->`` (or ``sglang``) is run the same way
 by that engine's suite (tests_vllm/, tests_sglang/), at a test's budget
-(:func:`bounded`). The other blocks are parsed only (``kvhit verify``, which CI runs
-as ``kvhit verify --quick``; campaigns of many minutes).
+(:func:`bounded`). The other blocks are parsed only (``kvhit verify``, which
+tests/test_main_job_piped.py runs as the README says; campaigns of many minutes).
 """
 
 from __future__ import annotations
