@@ -33,7 +33,7 @@ from kvhit.errors import BadInput
 from kvhit.inputs import writable
 from kvhit.proofs.registry import Status, Theorem, all_theorems
 from kvhit.proofs.runner import SOLVER_TIMEOUT, Result
-from kvhit.proofs.workers import Settings, Started, Still, prove_all
+from kvhit.proofs.workers import ProofSettings, Started, Still, prove_all
 
 STATUS_STYLE = {Status.PROVED: "green", Status.REFUTED: "yellow"}
 """Colours of the statuses that can be expected; every other status is red."""
@@ -102,7 +102,7 @@ def line(r: Result, cross_check: bool) -> str:
 
 
 def run_all(
-    theorems: list[Theorem], settings: Settings, jobs: int, lines: Console | None = None
+    theorems: list[Theorem], settings: ProofSettings, jobs: int, lines: Console | None = None
 ) -> tuple[list[Result], bool]:
     """Prove the theorems in ``jobs`` worker processes, with a progress bar on stderr;
     ``lines`` (output that is not a terminal) gets a line per theorem as it finishes
@@ -256,7 +256,7 @@ def prove(
         writable(emit_dir, "--emit-smt2")
     everything = registered()
     theorems = chosen(everything, only, deep)
-    settings = Settings(bound, quick, timeout, cross_check or deep, emit_dir)
+    settings = ProofSettings(bound, quick, timeout, cross_check or deep, emit_dir)
     console = Console(highlight=False, soft_wrap=True)
     as_lines = not as_json and not console.is_terminal
     results, interrupted = run_all(theorems, settings, jobs, console if as_lines else None)
@@ -284,7 +284,7 @@ def verify_section(console: Console, quick: bool) -> bool:
         return False
     theorems = chosen(everything, (), deep=False)
     as_lines = not console.is_terminal
-    settings = Settings(quick=quick)
+    settings = ProofSettings(quick=quick)
     results, interrupted = run_all(theorems, settings, cores(), console if as_lines else None)
     note = not_run_note(everything, theorems, cross_check=False)
     report(console, results, False, as_lines, note, len(theorems))

@@ -25,13 +25,13 @@ import z3
 from kvhit.proofs.registry import Status, Theorem
 from kvhit.proofs.runner import SOLVER_TIMEOUT, Result, blank_result, run_theorem
 
-HEARTBEAT = 30.0
+STILL_EVERY = 30.0
 """Seconds without a finished theorem after which :func:`prove_all` says which one
 is still being proved (so a piped log is never silent for minutes)."""
 
 
 @dataclass(frozen=True)
-class Settings:
+class ProofSettings:
     """How every theorem of a run is proved (:func:`~kvhit.proofs.runner.run_theorem`'s
     options)."""
 
@@ -93,7 +93,7 @@ class _Worker:
         theirs.close()
         return _Worker(process, mine)
 
-    def give(self, theorem: Theorem, settings: Settings) -> Started:
+    def give(self, theorem: Theorem, settings: ProofSettings) -> Started:
         self.conn.send((theorem, settings))
         self.theorem, self.since = theorem, time.monotonic()
         return Started(theorem.name)
@@ -104,7 +104,7 @@ class _Worker:
         self.conn.close()
 
 
-def _died(worker: _Worker, settings: Settings) -> Result:
+def _died(worker: _Worker, settings: ProofSettings) -> Result:
     """The error result of a theorem whose worker process died under it (a solver crash)."""
     assert worker.theorem is not None
     theorem = worker.theorem
@@ -115,7 +115,7 @@ def _died(worker: _Worker, settings: Settings) -> Result:
 
 
 def prove_all(
-    theorems: list[Theorem], settings: Settings, jobs: int, heartbeat: float = HEARTBEAT
+    theorems: list[Theorem], settings: ProofSettings, jobs: int, heartbeat: float = STILL_EVERY
 ) -> Generator[Event, None, None]:
     """Prove every theorem in ``jobs`` worker processes, taking them in order; yield
     each start, each result as it comes, and a :class:`Still` for the longest-running

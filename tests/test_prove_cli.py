@@ -15,7 +15,7 @@ from kvhit.cli.main import main
 from kvhit.proofs import registry, runner
 from kvhit.proofs.registry import Goal, Status, Theorem
 from kvhit.proofs.theorems import eagle
-from kvhit.proofs.workers import Event, Settings, Started
+from kvhit.proofs.workers import Event, ProofSettings, Started
 
 MODULES = ["kvhit.proofs.theorems.min_groups", "kvhit.proofs.theorems.eagle"]
 ALL_REGISTERED = command.registered
@@ -43,7 +43,7 @@ def prove(*args: str) -> Result:
     return CliRunner().invoke(main, ["prove", *args])
 
 
-def in_process(theorems: list[Theorem], settings: Settings, jobs: int) -> Iterator[Event]:
+def in_process(theorems: list[Theorem], settings: ProofSettings, jobs: int) -> Iterator[Event]:
     """:func:`~kvhit.proofs.workers.prove_all` in this process, so a test's patches
     (a theorem not in the registry, a fake cvc5) reach the runner."""
     for theorem in theorems:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,43 @@ def kvhit(*args: str, cwd: Path, timeout: float = HANG) -> subprocess.CompletedP
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def ctrl_c_once(
+    args: list[str],
+    cwd: Path,
+    ready: Callable[[], bool],
+    settle: float = 0.0,
+    env: dict[str, str] | None = None,
+    timeout: float = HANG,
+) -> tuple[int, str, str]:
+    """Run kvhit in a fresh process from ``cwd``, send it Ctrl-C ``settle`` seconds
+    after ``ready()`` first holds, and wait at most ``timeout`` for it to end: its exit
+    code, stdout and stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvhit.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + HANG
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.1)
+        time.sleep(settle)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    return proc.returncode, out, err
+
+
+def unsafe_saved_in(folder: Path) -> Callable[[], bool]:
+    """Whether an unsafe case has been saved in ``folder``."""
+    return lambda: bool(list(folder.glob("unsafe-*.json")))
 
 
 # Item: huge max_length.
@@ -215,24 +253,9 @@ def test_ctrl_c_ends_a_run_with_its_summary(
 ) -> None:
     """Interrupted once it has saved a counterexample: the summary says what was checked
     and where the counterexample is, and the exit code is 130."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvhit.cli", *command, "--target", "seed-min"]
-        + ["--seconds", "600", "--out", "found", "--jobs", jobs],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + HANG
-        while not list((tmp_path / "found").glob("unsafe-*.json")):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=HANG)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+    args = [*command, "--target", "seed-min", "--seconds", "600", "--out", "found", "--jobs", jobs]
+    code, out, err = ctrl_c_once(args, tmp_path, unsafe_saved_in(tmp_path / "found"))
+    assert code == 130, err
     assert "Aborted" not in out + err
     assert re.search(r"seed-min: interrupted after \d+ cases in [\d.]+ s: ok \d+  unsafe \d+", out)
     (saved,) = (tmp_path / "found").glob("unsafe-*.json")

@@ -10,9 +10,6 @@ import io
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
-from test_reliability import HANG, kvhit
+from test_reliability import HANG, ctrl_c_once, kvhit, unsafe_saved_in
 
 from kvhit.cli import main as cli
 from kvhit.cli.display import campaign_bar
@@ -269,25 +266,9 @@ def interrupted(args: list[str], where: str, tmp_path: Path) -> tuple[str, str]:
     marks = tmp_path / "marks"
     marks.mkdir()
     env = {**os.environ, "MARKS": str(marks), where.upper(): ASLEEP}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvhit.cli", *args],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + HANG
-        while not (marks / where).exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
-            time.sleep(0.1)
-        time.sleep(0.5)  # inside the sleep, not on its way there
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=LIVENESS)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, out + err
+    # settle: inside the sleep, not on its way there
+    code, out, err = ctrl_c_once(args, tmp_path, (marks / where).exists, 0.5, env, LIVENESS)
+    assert code == 130, out + err
     assert "Traceback" not in err
     return out, err
 
@@ -385,24 +366,10 @@ def test_a_job_that_cannot_stop_loses_nothing_it_saved(tmp_path: Path) -> None:
     saved is still reported, drawn and named in the replay hint."""
     (tmp_path / "stuck.py").write_text(STUCK)
     args = ["gate", "--target", "stuck:stuck_after_unsafe", "--jobs", "2", "--timeout", "900"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvhit.cli", *args, "--out", "found"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + HANG
-        while not list((tmp_path / "found").glob("unsafe-*.json")):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        time.sleep(1.0)  # the job is asleep in its next call
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=LIVENESS)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, out + err
+    found = unsafe_saved_in(tmp_path / "found")
+    # settle: the job is asleep in its next call
+    code, out, err = ctrl_c_once([*args, "--out", "found"], tmp_path, found, 1.0, None, LIVENESS)
+    assert code == 130, out + err
     (saved,) = (tmp_path / "found").glob("unsafe-*.json")
     assert f"replay with: kvhit replay found/{saved.name}" in out, out
     assert "reference answer L* =" in out and "no disagreement found" not in out

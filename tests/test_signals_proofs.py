@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvhit.cli.prove import line
 from kvhit.proofs.registry import Status, get
-from kvhit.proofs.workers import Settings, Started, Still, prove_all
+from kvhit.proofs.workers import ProofSettings, Started, Still, prove_all
 
 KVHIT = [sys.executable, "-m", "kvhit.cli"]
 SLOW = ["--only", "full_evaluate_once", "--bound", "1000"]
@@ -111,14 +111,14 @@ def test_piped_prove_prints_a_plain_line_per_theorem() -> None:
 
 def test_a_long_step_gets_a_heartbeat() -> None:
     theorem = get("many_passes")
-    events = list(prove_all([theorem], Settings(bound=8), jobs=1, heartbeat=0.2))
+    events = list(prove_all([theorem], ProofSettings(bound=8), jobs=1, heartbeat=0.2))
     assert events[0] == Started("many_passes")
     assert any(isinstance(e, Still) and e.name == "many_passes" for e in events)
     assert events[-1].status == Status.PROVED
 
 
-class Dying(Settings):
-    """Settings whose worker dies under the theorem (as if a solver crashed)."""
+class Dying(ProofSettings):
+    """ProofSettings whose worker dies under the theorem (as if a solver crashed)."""
 
     def run(self, theorem: object) -> object:
         os._exit(3)

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from test_reliability import kvhit
 
 from kvhit.cli.main import main
 from kvhit.errors import TargetError
@@ -37,19 +37,6 @@ ONE_GROUP = {
     "num_tokens": 2,
     "alignment": 1,
 }
-
-
-def kvhit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The kvhit command line in a fresh process from ``cwd``: for what only a real
-    stdout shows."""
-    return subprocess.run(
-        [sys.executable, "-m", "kvhit.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def cli(*args: str, cwd: Path) -> Result:
