@@ -144,6 +144,16 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
     return report
 
 
+def untimed(report: dict[str, Any]) -> dict[str, Any]:
+    """A :func:`summary` without its times (the run's and the target's loading): what
+    two runs of one campaign, on any number of jobs, must agree on.
+
+    >>> untimed({"cases": 3, "seconds": 0.5, "load_seconds": 0.1})
+    {'cases': 3}
+    """
+    return {key: value for key, value in report.items() if key not in ("seconds", "load_seconds")}
+
+
 def exit_code(tally: Tally) -> int:
     """130 if Ctrl-C stopped the run, 1 if anything disagreed, else 0."""
     if tally.interrupted:

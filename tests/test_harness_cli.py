@@ -11,16 +11,11 @@ from xml.etree import ElementTree
 import pytest
 from click.testing import CliRunner
 
+from kvhit.cli.campaign import untimed
 from kvhit.cli.main import main
 
 HERE = Path(__file__).parent
 BROKEN = "broken_targets"
-
-
-def untimed(report: dict) -> dict:
-    """A JSON report without its times (the wall time and the target's loading), which
-    differ from run to run."""
-    return {key: value for key, value in report.items() if key not in ("seconds", "load_seconds")}
 
 
 def kvhit(*args: str, cwd: Path) -> tuple[int, dict | None, str]:

@@ -7,8 +7,9 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from test_harness_cli import BROKEN, HERE, kvhit, untimed
+from test_harness_cli import BROKEN, HERE, kvhit
 
+from kvhit.cli.campaign import untimed
 from kvhit.harness.gate import random_phases
 from kvhit.harness.jobs import CaseCampaign, run_campaign
 from kvhit.harness.random_cases import CHOICES

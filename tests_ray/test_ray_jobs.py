@@ -9,6 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from kvhit.cli.campaign import untimed
 from kvhit.cli.main import main
 
 BROKEN = Path(__file__).resolve().parents[1] / "tests"
@@ -24,9 +25,7 @@ def report(tmp_path: Path, *args: str) -> dict:
             catch_exceptions=False,
         )
     assert result.exit_code == 1, result.stderr
-    found = json.loads(result.stdout)
-    del found["seconds"]
-    return found
+    return untimed(json.loads(result.stdout))
 
 
 def test_ray_jobs_give_the_same_result_as_one_job(tmp_path: Path) -> None:
