@@ -14,11 +14,13 @@ import click
 
 from kvhit.engines.export import GENERATORS, Engine, SavedLookup, SavedProgram, engine_of
 from kvhit.errors import BadInput
+from kvhit.harness.compare import ReplyClass
 from kvhit.harness.report import load_disagreement
 from kvhit.importing import import_attr
 from kvhit.inputs import read_text
 from kvhit.model.protocol import QueryError, parse_query
-from kvhit.targets.stateful import is_program_file, load_program_file
+from kvhit.targets.stateful import decode_admitted, is_program_file, load_program_file
+from kvhit.targets.wire import BadReturn
 
 
 def chosen_engine(source: str, given: str | None, target: object) -> Engine:
@@ -62,15 +64,40 @@ def saved_lookup(source: str, text: str, given: str | None) -> SavedLookup:
     )
 
 
+def hit_shows(saved: SavedProgram) -> None:
+    """BadInput unless what disagreed shows in the engine's own calls: a crash, or an
+    admit's hit other than the correct one (a stale or overwritten block the ledger
+    found under a correct hit does not)."""
+    if saved.cls == ReplyClass.CRASH:
+        return
+    if saved.cls not in HIT_CLASSES or saved.correct is None:
+        raise BadInput(
+            f"{saved.source}: a {saved.cls} is not exported: only a wrong hit or a crash "
+            "shows in the engine's own calls"
+        )
+    admitted = decode_admitted(saved.answer, saved.program.groups)
+    correct = (saved.correct.length, [list(b) for b in saved.correct.blocks])
+    if admitted is None or (admitted.length, admitted.reused_indices()) == correct:
+        raise BadInput(
+            f"{saved.source}: the engine's hit is the correct one; what disagreed is in "
+            f"the blocks' contents, which a hit does not show ({saved.reason})"
+        )
+
+
+HIT_CLASSES = (ReplyClass.UNSAFE, ReplyClass.LOST_REUSE, ReplyClass.WRONG_BLOCKS)
+
+
 def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:
     """What ``source`` holds, with the engine to export it for; BadInput naming the
     file on any problem."""
     text = read_text(source)
     try:
-        if is_program_file(text):
-            return saved_program(source, text, given)
-        return saved_lookup(source, text, given)
-    except QueryError as err:
+        if not is_program_file(text):
+            return saved_lookup(source, text, given)
+        program = saved_program(source, text, given)
+        hit_shows(program)
+        return program
+    except (QueryError, BadReturn) as err:
         raise BadInput(f"{source}: {err}") from None
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from kvhit.draw import draw
 from kvhit.model.spec import Answer, Query, longest_hit
-from kvhit.targets.stateful import Program
+from kvhit.targets.stateful import Finish, Op, Program
 
 
 class Engine(StrEnum):
@@ -136,3 +136,41 @@ def lookup_story(saved: SavedLookup, engine_name: str) -> str:
         answered = f"When saved, {engine_name} answered {said(saved.answer)} ({saved.cls}): "
         lines.append(wrapped(f"{answered}{saved.reason}."))
     return "\n".join(lines)
+
+
+def program_story(saved: SavedProgram, engine_name: str) -> str:
+    """The engine, the operations (the last one disagreed), and the failing lookup:
+    the engine's own cache at it drawn (``@``: the correct hit's blocks), the correct
+    answer and what the engine answered when saved."""
+    p = saved.program
+    unit = "" if p.hash_unit is None else f", hash unit h={p.hash_unit}"
+    lines = [
+        f"The engine: a pool of {p.num_blocks} blocks, hits multiples of A={p.alignment}{unit}.",
+        *(f"    group {i}  {g.describe()}" for i, g in enumerate(p.groups)),
+        "",
+        "The program (the test makes the same calls):",
+        *(f"    {n}. {op_text(op)}" for n, op in enumerate(p.ops, 1)),
+        "",
+        wrapped(f"Operation {len(p.ops)} disagreed ({saved.cls}): {saved.reason}."),
+    ]
+    if saved.snapshot is not None and saved.correct is not None:
+        lines += [
+            "",
+            wrapped(
+                f"{engine_name}'s own cache at that lookup, as kvhit read it from the engine "
+                "(# cached, . not, @ reused by the correct hit):"
+            ),
+            "",
+            indented(draw(saved.snapshot, [list(b) for b in saved.correct.blocks])),
+            "",
+            f"The correct hit there (kvhit's spec, computed by `kvhit export`): "
+            f"L* = {saved.correct.length}; {engine_name} answered {said(saved.answer)}.",
+        ]
+    return "\n".join(lines)
+
+
+def op_text(op: Op) -> str:
+    """One operation for people: ``admit r0 [1 2 3]`` or ``finish r0``."""
+    if isinstance(op, Finish):
+        return f"finish r{op.request}"
+    return f"admit r{op.request} [{' '.join(map(str, op.tokens))}]"

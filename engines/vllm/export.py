@@ -39,10 +39,11 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvhit.engines.export import SavedLookup, SavedProgram, lookup_story, wrapped
+from kvhit.engines.export import SavedLookup, SavedProgram, lookup_story, program_story, wrapped
 from kvhit.engines.vllm.divergences import DIVERGENCES
 from kvhit.engines.vllm.release import (
     EAGLE_WINDOW_ASSERT,
+    MAX_MODEL_LEN,
     PARTIAL_HITS_FLAG,
     TWO_SPECS_ASSERT,
     EaglePath,
@@ -55,9 +56,11 @@ from kvhit.engines.vllm.release import (
     prefill_lookahead,
     refusal,
     scheduler_block_size,
+    shared_lookahead,
 )
-from kvhit.errors import BadInput
-from kvhit.model.spec import Group, Kind, Query, Upto, inclusive_window
+from kvhit.errors import BadInput, Unsupported
+from kvhit.model.spec import Answer, Group, Kind, Query, Upto, inclusive_window
+from kvhit.targets.stateful import Admit, Finish
 
 EVERY_FEATURE = Release(
     name="",
@@ -272,14 +275,6 @@ def source_check(q: Query) -> str:
     return SOURCE_SAYS if any("source_says" in f.check for f in FEATURES if f.needed(q)) else ""
 
 
-def alignment_check(q: Query) -> str:
-    """The generated check of where vLLM lands this query's hits: needed where partial
-    hash hits may turn on (a hash unit or a Mamba group)."""
-    if q.hash_unit is None and not any(g.kind == Kind.MAMBA for g in q.groups):
-        return ""
-    return ALIGNMENT_CHECK
-
-
 ALIGNMENT_CHECK = """\
     # With partial hash hits on, vLLM lands hits on hash units, else on the scheduler
     # block size; the query is asked only where that is A.
@@ -288,8 +283,17 @@ ALIGNMENT_CHECK = """\
         pytest.skip(f"vLLM {vllm.__version__} aligns these hits elsewhere (partial hash hits: {partial})")
 """
 
-LOOKUP_FILE = '''\
-"""vLLM's find_longest_cache_hit on one cache state, against the longest valid hit.
+
+def alignment_check(q: Query) -> str:
+    """The generated check of where vLLM lands the hits (the variable ``coordinator``
+    set): needed where partial hash hits may turn on (a hash unit or a Mamba group)."""
+    if q.hash_unit is None and not any(g.kind == Kind.MAMBA for g in q.groups):
+        return ""
+    return ALIGNMENT_CHECK
+
+
+HEAD = '''\
+"""{title}
 
 {story}
 """
@@ -306,27 +310,18 @@ try:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core import {core_modules}
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+{manager_import}    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.kv_cache_interface import (
 {spec_classes}    )
     from vllm.v1.request import Request
 except ImportError as err:
     pytest.skip(f"vLLM's prefix-cache code cannot be imported: {{err}}", allow_module_level=True)
 
-NUM_TOKENS = {num_tokens}  # T: the request is tokens 0 … T-1
-MAX_LENGTH = {max_length}  # M: the longest hit asked for (vLLM's max_cache_hit_length)
 ALIGNMENT = {alignment}  # A: a hit is a multiple of it
 HASH_BLOCK_SIZE = {hash_block_size}
 SCHEDULER_BLOCK_SIZE = {scheduler_block_size}
 LOOKAHEAD_TOKENS = {lookahead}  # num_hash_lookahead_tokens
-NUM_BLOCKS = {num_blocks}  # the cached blocks and vLLM's null block
-CACHED = {cached}  # per group: the whole blocks in vLLM's prefix cache
-PARTIAL = {partial}  # per group: the fine boundary of a partially filled block
-# The correct answer, computed by `kvhit export` (kvhit.model.spec.longest_hit, the
-# spec): the longest valid hit L* and the blocks each group reuses there.
-EXPECTED_LENGTH = {length}
-EXPECTED_BLOCKS = {blocks}
-
+{constants}
 ATTENTION = {{"num_kv_heads": 1, "head_size": 8, "dtype": torch.float32}}
 MAMBA_STATE = {{"shapes": ((1, 8),), "dtypes": (torch.float32,)}}
 
@@ -354,15 +349,32 @@ def kv_cache_groups():
     ]
 
 
-def request():
-    """The request of tokens 0 … T-1, its block hashes computed by vLLM's own hasher."""
+def request(request_id, tokens):
+    """A request of these tokens, its block hashes computed by vLLM's own hasher."""
     init_none_hash(sha256)
     hasher = get_request_block_hasher(
         HASH_BLOCK_SIZE, sha256, **accepted(get_request_block_hasher, num_hash_lookahead_tokens=LOOKAHEAD_TOKENS)
     )
     options = accepted(Request, pooling_params=None, eos_token_id=None, block_hasher=hasher)
-    return Request("0", list(range(NUM_TOKENS)), SamplingParams(max_tokens=1), **options)
+    return Request(request_id, list(tokens), SamplingParams(max_tokens=1), **options)
+'''
 
+LOOKUP_CONSTANTS = """\
+NUM_TOKENS = {num_tokens}  # T: the request is tokens 0 … T-1
+MAX_LENGTH = {max_length}  # M: the longest hit asked for (vLLM's max_cache_hit_length)
+NUM_BLOCKS = {num_blocks}  # the cached blocks and vLLM's null block
+CACHED = {cached}  # per group: the whole blocks in vLLM's prefix cache
+PARTIAL = {partial}  # per group: the fine boundary of a partially filled block
+{expected}"""
+
+EXPECTED = """\
+# The correct answer, computed by `kvhit export` (kvhit.model.spec.longest_hit, the
+# spec, on {on}): the longest valid hit L* and the blocks each group reuses there.
+EXPECTED_LENGTH = {length}
+EXPECTED_BLOCKS = {blocks}
+"""
+
+LOOKUP_BODY = '''
 
 def put_in_cache(pool, req, group_id, block_size):
     """Cache group `group_id`'s blocks of CACHED and PARTIAL under the request's hashes,
@@ -385,7 +397,7 @@ def test_find_longest_cache_hit_is_the_longest_valid_hit():
         coordinator = get_coordinator(config, **accepted(get_coordinator, **options))
     except ValueError as err:  # vLLM's own checks of a configuration
         pytest.skip(f"vLLM {{vllm.__version__}} refuses this configuration: {{err}}")
-{alignment_check}    req = request()
+{alignment_check}    req = request("0", range(NUM_TOKENS))
     for group_id, group in enumerate(config.kv_cache_groups):
         put_in_cache(coordinator.block_pool, req, group_id, group.kv_cache_spec.block_size)
 
@@ -398,41 +410,177 @@ def test_find_longest_cache_hit_is_the_longest_valid_hit():
     )
 '''
 
+PROGRAM_CONSTANTS = """\
+MAX_MODEL_LEN = {max_model_len}
+NUM_BLOCKS = {num_blocks}  # the pool's usable blocks and vLLM's null block
+{expected}"""
 
-def lookup_file(saved: SavedLookup) -> str:
-    """The pytest file of a saved lookup."""
-    q = saved.query
-    reason = refusal(q, EVERY_FEATURE)
-    if reason is not None:
-        raise BadInput(f"{saved.source}: no vLLM release can be asked this query: {reason}")
-    whole, partial = cached_rows(q)
-    best = saved.correct
-    return LOOKUP_FILE.format(
-        story=lookup_docstring(saved),
+PROGRAM_BODY = '''
+
+def make_manager():
+    """vLLM's KVCacheManager for these groups, as its scheduler builds one."""
+    config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=kv_cache_groups())
+    options = dict(
+        max_model_len=MAX_MODEL_LEN,
+        hash_block_size=HASH_BLOCK_SIZE,
+        enable_caching=True,
+        scheduler_block_size=SCHEDULER_BLOCK_SIZE,
+        use_eagle={use_eagle},
+        num_hash_lookahead_tokens=LOOKAHEAD_TOKENS,
+    )
+    try:
+        manager = KVCacheManager(config, **accepted(KVCacheManager, **options))
+    except (AssertionError, ValueError) as err:  # vLLM's own checks of a configuration
+        pytest.skip(f"vLLM {{vllm.__version__}} refuses this configuration: {{err}}")
+{alignment_check}    return manager
+
+
+def admit(manager, running, request_id, tokens):
+    """What vLLM's scheduler does for a new prompt, in a step of its own: look its
+    prefix up, allocate and cache its blocks, then drop the blocks that left a window.
+    The hit: its length and each group's reused block indices (None: the pool cannot
+    hold the prompt)."""
+    if hasattr(manager, "new_step_starts"):
+        manager.new_step_starts()
+    req = request(str(request_id), tokens)
+    hit, length = manager.get_computed_blocks(req)[:2]
+    must_fit = accepted(manager.allocate_slots, full_sequence_must_fit=True)
+    if manager.allocate_slots(req, len(tokens) - length, length, hit, **must_fit) is None:
+        return None
+    req.num_computed_tokens = len(tokens)
+    manager.remove_skipped_blocks(req.request_id, len(tokens))
+    running[request_id] = req
+    return length, [[j for j, block in enumerate(group) if not block.is_null] for group in hit.blocks]
+
+
+def finish(manager, running, request_id):
+    """Free a running request's blocks (they stay cached until evicted)."""
+    if request_id in running:
+        manager.free(running.pop(request_id))
+
+
+def test_the_program_runs_and_its_last_lookup_is_the_longest_valid_hit():
+    manager = make_manager()
+    running = {{}}
+{ops}'''
+
+PROGRAM_ASSERT = """\
+    assert hit == (EXPECTED_LENGTH, EXPECTED_BLOCKS), (
+        f"vLLM {vllm.__version__} answers {hit} (hit length, blocks); the longest valid hit "
+        f"is {EXPECTED_LENGTH} tokens, blocks {EXPECTED_BLOCKS}"
+    )
+"""
+
+
+def head(title: str, story: str, q: Query, constants: str, manager: bool = False) -> str:
+    """The generated file up to its test: docstring, imports (``KVCacheManager`` with
+    ``manager``), the checks of what the installed vLLM has, the groups and the request."""
+    manager_import = "    from vllm.v1.core.kv_cache_manager import KVCacheManager\n"
+    return HEAD.format(
+        title=title,
+        manager_import=manager_import if manager else "",
+        story=story,
         core_modules=", ".join(core_modules(q)),
         spec_classes=spec_imports(q.groups),
-        num_tokens=q.num_tokens,
-        max_length=q.max_length,
         alignment=q.alignment,
         hash_block_size=hash_block_size(q),
         scheduler_block_size=scheduler_block_size(q),
         lookahead=hash_lookahead(q, EaglePath.DEFAULT),
+        constants=constants,
+        source_says=source_check(q),
+        requirements=requirements(q),
+        groups="\n".join(group_line(i, g, q.groups) for i, g in enumerate(q.groups)),
+    )
+
+
+def expected(answer: Answer | None, on: str) -> str:
+    """The generated constants of the correct answer (none without one)."""
+    if answer is None:
+        return ""
+    return EXPECTED.format(on=on, length=answer.length, blocks=[list(b) for b in answer.blocks])
+
+
+def asked_somewhere(source: str, q: Query) -> None:
+    """BadInput if no vLLM release can be asked ``q`` (a lookup, or a program's shape)."""
+    reason = refusal(q, EVERY_FEATURE)
+    if reason is not None:
+        raise BadInput(f"{source}: no vLLM release can be asked this: {reason}")
+
+
+def lookup_file(saved: SavedLookup) -> str:
+    """The pytest file of a saved lookup."""
+    q = saved.query
+    asked_somewhere(saved.source, q)
+    whole, partial = cached_rows(q)
+    constants = LOOKUP_CONSTANTS.format(
+        num_tokens=q.num_tokens,
+        max_length=q.max_length,
         num_blocks=pool_size(q),
         cached=whole,
         partial=partial,
-        length=best.length,
-        blocks=[list(b) for b in best.blocks],
-        requirements=requirements(q),
-        source_says=source_check(q),
-        groups="\n".join(group_line(i, g, q.groups) for i, g in enumerate(q.groups)),
-        options=coordinator_options(q),
-        alignment_check=alignment_check(q),
+        expected=expected(saved.correct, "this state"),
     )
+    title = "vLLM's find_longest_cache_hit on one cache state, against the longest valid hit."
+    body = LOOKUP_BODY.format(options=coordinator_options(q), alignment_check=alignment_check(q))
+    return head(title, lookup_docstring(saved), q, constants) + body
+
+
+def op_lines(saved: SavedProgram) -> str:
+    """The program's operations as calls, the last one (which disagreed) marked and
+    followed by the assertion when it is a lookup with a correct answer."""
+    lines = []
+    ops = saved.program.ops
+    for number, op in enumerate(ops, 1):
+        last = number == len(ops)
+        mark = f"  # {number}. <- {saved.cls}" if last else f"  # {number}."
+        if isinstance(op, Finish):
+            lines.append(f"    finish(manager, running, {op.request}){mark}")
+            continue
+        call = f"admit(manager, running, {op.request}, {list(op.tokens)})"
+        lines.append(f"    hit = {call}{mark}" if last else f"    {call}{mark}")
+    if isinstance(ops[-1], Admit) and saved.correct is not None:
+        lines.append(PROGRAM_ASSERT)
+    return "\n".join(lines) + "\n"
+
+
+def program_file(saved: SavedProgram) -> str:
+    """The pytest file of a saved stateful program."""
+    p = saved.program
+    if not p.ops:
+        raise BadInput(f"{saved.source}: the engine's creation failed; no operation to export")
+    shape = Query(p.groups, tuple(() for _ in p.groups), 0, 1, p.alignment, p.hash_unit)
+    asked_somewhere(saved.source, shape)
+    try:
+        shared_lookahead(p.groups)
+    except Unsupported as err:
+        raise BadInput(f"{saved.source}: no vLLM release can be asked this: {err}") from None
+    constants = PROGRAM_CONSTANTS.format(
+        max_model_len=MAX_MODEL_LEN,
+        num_blocks=p.num_blocks + 1,
+        expected=expected(saved.correct, "vLLM's cache at the last lookup"),
+    )
+    title = "vLLM's KVCacheManager serving a program of requests, against the longest valid hit."
+    story = "\n\n".join(
+        [
+            program_story(saved, "vLLM"),
+            wrapped(
+                f"Exported by `kvhit export {saved.source}`; kvhit's stateful `vllm` target "
+                "drives vLLM the same way (kvhit.engines.vllm.manager)."
+            ),
+        ]
+    )
+    check = alignment_check(shape)
+    body = PROGRAM_BODY.format(
+        use_eagle=any(g.eagle for g in p.groups),
+        alignment_check=check and f"    coordinator = manager.coordinator\n{check}",
+        ops=op_lines(saved),
+    )
+    return head(title, story, shape, constants, manager=True) + body
 
 
 def generate(saved: SavedLookup | SavedProgram) -> str:
     """The pytest file, in vLLM's terms, of a saved counterexample; :class:`BadInput`
-    if no vLLM release can be asked it."""
+    if no vLLM release can be asked it or what disagreed does not show in vLLM's calls."""
     if isinstance(saved, SavedLookup):
         return lookup_file(saved)
-    raise BadInput(f"{saved.source}: a stateful program; vLLM export of programs comes next")
+    return program_file(saved)

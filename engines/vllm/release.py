@@ -30,6 +30,7 @@ import ast
 import inspect
 import os
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from functools import cache, reduce
@@ -37,7 +38,7 @@ from importlib.metadata import PackageNotFoundError, version
 from math import gcd, lcm
 from typing import Any
 
-from kvhit.errors import UndrivableTarget
+from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, Upto, inclusive_window
 
 VLLM_TARGETS = ("vllm", "vllm-undocumented")
@@ -46,6 +47,10 @@ VLLM_TARGETS = ("vllm", "vllm-undocumented")
 EAGLE_ENV = "KVHIT_VLLM_EAGLE"
 """The environment variable that carries ``--vllm-eagle`` to the target (and so to every
 worker process a run starts)."""
+
+
+MAX_MODEL_LEN = 4096
+"""The stateful target's ``max_model_len``: longer prompts are rejected."""
 
 
 class EaglePath(StrEnum):
@@ -271,6 +276,24 @@ def scheduler_block_size(q: Query) -> int:
 def pool_size(q: Query) -> int:
     """Enough blocks for every cached or partial entry, plus vLLM's null block."""
     return sum(1 for row in q.cached for e in row if isinstance(e, Upto) or e) + 1
+
+
+def shared_lookahead(groups: Sequence[Group]) -> int:
+    """vLLM's ``num_hash_lookahead_tokens`` for a manager of these groups: La when every
+    group has a lookahead drafter of La tokens (vLLM's lookahead hashes are the
+    request's, so they key every group), 0 when none has; :class:`Unsupported`
+    otherwise.
+
+    >>> shared_lookahead([Group("full", 2, drafter="lookahead", lookahead=3)] * 2)
+    3
+    """
+    spans = {g.lookahead if g.drafter == Drafter.LOOKAHEAD else 0 for g in groups}
+    if len(spans) > 1:
+        raise Unsupported(
+            "vLLM's lookahead block hashes cover every group with one La: "
+            "all groups need one lookahead drafter"
+        )
+    return spans.pop()
 
 
 def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> str | None:
