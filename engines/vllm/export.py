@@ -60,7 +60,7 @@ from kvhit.engines.vllm.release import (
 )
 from kvhit.errors import BadInput, Unsupported
 from kvhit.model.spec import Answer, Group, Kind, Query, Upto, inclusive_window
-from kvhit.targets.stateful import Admit, Finish
+from kvhit.targets.stateful import Finish
 
 EVERY_FEATURE = Release(
     name="",
@@ -324,6 +324,7 @@ LOOKAHEAD_TOKENS = {lookahead}  # num_hash_lookahead_tokens
 {constants}
 ATTENTION = {{"num_kv_heads": 1, "head_size": 8, "dtype": torch.float32}}
 MAMBA_STATE = {{"shapes": ((1, 8),), "dtypes": (torch.float32,)}}
+init_none_hash(sha256)  # the seed of every request's hashes: once, as vLLM's tests do
 
 
 def accepted(func, **options):
@@ -351,7 +352,6 @@ def kv_cache_groups():
 
 def request(request_id, tokens):
     """A request of these tokens, its block hashes computed by vLLM's own hasher."""
-    init_none_hash(sha256)
     hasher = get_request_block_hasher(
         HASH_BLOCK_SIZE, sha256, **accepted(get_request_block_hasher, num_hash_lookahead_tokens=LOOKAHEAD_TOKENS)
     )
@@ -413,7 +413,14 @@ def test_find_longest_cache_hit_is_the_longest_valid_hit():
 PROGRAM_CONSTANTS = """\
 MAX_MODEL_LEN = {max_model_len}
 NUM_BLOCKS = {num_blocks}  # the pool's usable blocks and vLLM's null block
-{expected}"""
+BLOCK_SIZES = {block_sizes}
+{state}{expected}"""
+
+STATE = """\
+# What vLLM's cache held for the last request when the program was saved: the state
+# the correct answer below is computed on
+STATE = {state}
+"""
 
 PROGRAM_BODY = '''
 
@@ -459,10 +466,42 @@ def finish(manager, running, request_id):
         manager.free(running.pop(request_id))
 
 
+def cached_state(manager, tokens):
+    """What vLLM's cache holds of a request of these tokens, per group and block, each
+    looked up by its hash: true (cached whole), false, or {{"upto": p}} (a partial entry
+    up to token p, read where vLLM's lookup reads them)."""
+    hashes = request("state", tokens).block_hashes
+    partial_hits = bool(getattr(manager.coordinator, "enable_partial_hash_hits", False))
+    state = []
+    for group_id, block_size in enumerate(BLOCK_SIZES):
+        per = block_size // HASH_BLOCK_SIZE
+        view = hashes if per == 1 else BlockHashListWithBlockSize(hashes, HASH_BLOCK_SIZE, block_size)
+
+        def cached(key):
+            return manager.block_pool.get_cached_block(key, [group_id]) is not None
+
+        row = []
+        for j in range(len(view)):
+            fine = [k for k in range(1, per) if partial_hits and cached(hashes[j * per + k - 1])]
+            upto = {{"upto": j * block_size + fine[-1] * HASH_BLOCK_SIZE}} if fine else False
+            row.append(True if cached(view[j]) else upto)
+        state.append(row)
+    return state
+
+
 def test_the_program_runs_and_its_last_lookup_is_the_longest_valid_hit():
     manager = make_manager()
     running = {{}}
 {ops}'''
+
+STATE_CHECK = """\
+    state = cached_state(manager, {tokens})
+    if state != STATE:
+        pytest.skip(
+            f"vLLM {{vllm.__version__}}'s cache holds {{state}} for the last request, not the "
+            f"saved {{STATE}}: the correct answer is known for the saved state only"
+        )
+"""
 
 PROGRAM_ASSERT = """\
     assert hit == (EXPECTED_LENGTH, EXPECTED_BLOCKS), (
@@ -475,7 +514,10 @@ PROGRAM_ASSERT = """\
 def head(title: str, story: str, q: Query, constants: str, manager: bool = False) -> str:
     """The generated file up to its test: docstring, imports (``KVCacheManager`` with
     ``manager``), the checks of what the installed vLLM has, the groups and the request."""
-    manager_import = "    from vllm.v1.core.kv_cache_manager import KVCacheManager\n"
+    manager_import = (
+        "    from vllm.v1.core.kv_cache_manager import KVCacheManager\n"
+        "    from vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize\n"
+    )
     return HEAD.format(
         title=title,
         manager_import=manager_import if manager else "",
@@ -537,9 +579,12 @@ def op_lines(saved: SavedProgram) -> str:
             lines.append(f"    finish(manager, running, {op.request}){mark}")
             continue
         call = f"admit(manager, running, {op.request}, {list(op.tokens)})"
+        checked = last and saved.correct is not None
+        if checked:
+            lines.append(STATE_CHECK.format(tokens=list(op.tokens)).rstrip("\n"))
         lines.append(f"    hit = {call}{mark}" if last else f"    {call}{mark}")
-    if isinstance(ops[-1], Admit) and saved.correct is not None:
-        lines.append(PROGRAM_ASSERT)
+        if checked:
+            lines.append(PROGRAM_ASSERT)
     return "\n".join(lines) + "\n"
 
 
@@ -554,9 +599,12 @@ def program_file(saved: SavedProgram) -> str:
         shared_lookahead(p.groups)
     except Unsupported as err:
         raise BadInput(f"{saved.source}: no vLLM release can be asked this: {err}") from None
+    state = "" if saved.snapshot is None else STATE.format(state=saved.snapshot.to_json()["cached"])
     constants = PROGRAM_CONSTANTS.format(
         max_model_len=MAX_MODEL_LEN,
         num_blocks=p.num_blocks + 1,
+        block_sizes=[g.block_size for g in p.groups],
+        state=state,
         expected=expected(saved.correct, "vLLM's cache at the last lookup"),
     )
     title = "vLLM's KVCacheManager serving a program of requests, against the longest valid hit."
