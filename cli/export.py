@@ -26,6 +26,8 @@ from kvhit.targets.wire import BadReturn
 def chosen_engine(source: str, given: str | None, target: object) -> Engine:
     """The engine given, else the one the file's recorded target drives."""
     if given is not None:
+        if given not in tuple(Engine):
+            raise BadInput(f"--engine {given!r}: expected one of {', '.join(Engine)}")
         return Engine(given)
     found = engine_of(target if isinstance(target, str) else None)
     if found is None:
@@ -105,7 +107,7 @@ def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
     "--engine",
-    type=click.Choice([e.value for e in Engine]),
+    metavar="|".join(Engine),
     help="The engine (default: the one the file's recorded target drives).",
 )
 @click.option(
