@@ -36,22 +36,18 @@ from kvhit.targets.stateful import Finish, Op, Program
 
 
 class Engine(StrEnum):
-    """An engine ``kvhit export`` writes tests for."""
+    """An engine ``kvhit export`` writes tests for (SGLang's: not yet)."""
 
     VLLM = "vllm"
-    SGLANG = "sglang"
 
 
-GENERATORS = {
-    Engine.VLLM: "kvhit.engines.vllm.export:generate",
-    Engine.SGLANG: "kvhit.engines.sglang.export:generate",
-}
+GENERATORS = {Engine.VLLM: "kvhit.engines.vllm.export:generate"}
 """Each engine's generator, imported when used (it needs no engine installed)."""
 
 
 def engine_of(target: str | None) -> Engine | None:
     """The engine a recorded target name drives (``vllm``, ``vllm-undocumented``,
-    ``vllm[eagle=drop]``, ``sglang``), or None.
+    ``vllm[eagle=drop]``), or None.
 
     >>> engine_of("vllm[eagle=drop]"), engine_of("impl")
     (<Engine.VLLM: 'vllm'>, None)
