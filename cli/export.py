@@ -1,8 +1,8 @@
 """``kvhit export FILE``: a saved counterexample as a pytest file in the engine's terms.
 
 The file (a saved disagreement, a plain query, or a saved stateful program) is read
-as ``kvhit replay`` reads it; the engine's generator
-(:data:`kvhit.engines.export.GENERATORS`) writes the test. Every problem is one
+as ``kvhit replay`` reads it; the engine's generator (:data:`GENERATORS`) writes the
+test. Every problem is one
 ``error: ...`` line and exit code 2.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from kvhit.engines.export import GENERATORS, Engine, SavedLookup, SavedProgram, engine_of
+from kvhit.engines.export import ExportEngine, SavedLookup, SavedProgram, engine_of
 from kvhit.errors import BadInput
 from kvhit.harness.compare import ReplyClass
 from kvhit.harness.report import load_disagreement
@@ -22,17 +22,20 @@ from kvhit.model.protocol import QueryError, parse_query
 from kvhit.targets.stateful import decode_admitted, is_program_file, load_program_file
 from kvhit.targets.wire import BadReturn
 
+GENERATORS = {ExportEngine.VLLM: "kvhit.engines.vllm.export:generate"}
+"""Each engine's generator, imported when used (it needs no engine installed)."""
 
-def chosen_engine(source: str, given: str | None, target: object) -> Engine:
+
+def chosen_engine(source: str, given: str | None, target: object) -> ExportEngine:
     """The engine given, else the one the file's recorded target drives."""
     if given is not None:
-        if given not in tuple(Engine):
-            raise BadInput(f"--engine {given!r}: expected one of {', '.join(Engine)}")
-        return Engine(given)
+        if given not in tuple(ExportEngine):
+            raise BadInput(f"--engine {given!r}: expected one of {', '.join(ExportEngine)}")
+        return ExportEngine(given)
     found = engine_of(target if isinstance(target, str) else None)
     if found is None:
         recorded = f"records target {target!r}" if target else "records no target"
-        raise BadInput(f"{source} {recorded}: give --engine ({', '.join(Engine)})")
+        raise BadInput(f"{source} {recorded}: give --engine ({', '.join(ExportEngine)})")
     return found
 
 
@@ -107,7 +110,7 @@ def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
     "--engine",
-    metavar="|".join(Engine),
+    metavar="|".join(ExportEngine),
     help="The engine (default: the one the file's recorded target drives).",
 )
 @click.option(

@@ -1,7 +1,7 @@
 """What ``kvhit export`` turns into an engine's own test, and what every engine's
 generator shares: the saved counterexample, the correct answer, and the docstring.
 
-A generator (``kvhit.engines.ENGINE.export:generate``) takes a :class:`SavedLookup` or
+A generator (``kvhit.engines.ENGINE.export:generate``, chosen by ``kvhit export``) takes a :class:`SavedLookup` or
 a :class:`SavedProgram` and returns the text of one pytest file that imports only
 the engine and pytest, asserts the spec's answer (computed here, written into the
 file as literals) and fails where the engine has the counterexample's class.
@@ -9,7 +9,7 @@ file as literals) and fails where the engine has the counterexample's class.
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
     ...                  "cached": ["01", "10"], "max_length": 2})
-    >>> saved = SavedLookup("x.json", q, Engine.VLLM, "unsafe", {"length": 1}, "group 0 needs block 0")
+    >>> saved = SavedLookup("x.json", q, ExportEngine.VLLM, "unsafe", {"length": 1}, "group 0 needs block 0")
     >>> print(lookup_story(saved, "vLLM"))
     The request has T=3 tokens, ids 0 … 2; a hit is at most M=2 tokens and a multiple of
     A=1. One row per KV cache group, one cell per block: # cached, . not, @ reused by the
@@ -35,24 +35,20 @@ from kvhit.model.spec import Answer, Query, longest_hit
 from kvhit.targets.stateful import Finish, Op, Program
 
 
-class Engine(StrEnum):
+class ExportEngine(StrEnum):
     """An engine ``kvhit export`` writes tests for (SGLang's: not yet)."""
 
     VLLM = "vllm"
 
 
-GENERATORS = {Engine.VLLM: "kvhit.engines.vllm.export:generate"}
-"""Each engine's generator, imported when used (it needs no engine installed)."""
-
-
-def engine_of(target: str | None) -> Engine | None:
+def engine_of(target: str | None) -> ExportEngine | None:
     """The engine a recorded target name drives (``vllm``, ``vllm-undocumented``,
     ``vllm[eagle=drop]``), or None.
 
     >>> engine_of("vllm[eagle=drop]"), engine_of("impl")
-    (<Engine.VLLM: 'vllm'>, None)
+    (<ExportEngine.VLLM: 'vllm'>, None)
     """
-    for engine in Engine:
+    for engine in ExportEngine:
         if target is not None and target.startswith(engine.value):
             return engine
     return None
@@ -64,7 +60,7 @@ class SavedLookup:
 
     source: str
     query: Query
-    engine: Engine
+    engine: ExportEngine
     cls: str | None = None
     answer: Any = None
     reason: str | None = None
@@ -83,7 +79,7 @@ class SavedProgram:
 
     source: str
     program: Program
-    engine: Engine
+    engine: ExportEngine
     cls: str
     reason: str
     snapshot: Query | None

@@ -24,11 +24,11 @@ Requests and their block hashes are made as vLLM's own tests make them
 ``block_hasher=get_request_block_hasher(block_size, sha256)``), the ``Request``
 keywords filtered by signature as :mod:`kvhit.engines.vllm.compat` does.
 
-    >>> from kvhit.engines.export import Engine
+    >>> from kvhit.engines.export import ExportEngine
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2, "eagle": True}],
     ...                  "cached": ["11"], "max_length": 3})
-    >>> text = generate(SavedLookup("x.json", q, Engine.VLLM))
+    >>> text = generate(SavedLookup("x.json", q, ExportEngine.VLLM))
     >>> "EXPECTED_LENGTH = 2" in text and "import kvhit" not in text
     True
 """
