@@ -107,6 +107,20 @@ def test_the_file_checks_only_what_the_query_needs_of_the_release(tmp_path: Path
     assert "enable_partial_hash_hits" not in eagle and 'is_eagle_group" in' not in eagle
 
 
+def test_a_lookahead_drafter_needs_lookahead_hashes_and_keys_its_hashes(tmp_path: Path):
+    drafter = {"kind": "full", "block_size": 2, "drafter": "lookahead", "lookahead": 2}
+    window = {"kind": "sliding_window", "block_size": 2, "window": 3}
+    example = {
+        "groups": [drafter, window],
+        "cached": ["111", "011"],
+        "max_length": 5,
+        "num_tokens": 8,
+    }
+    text = export(saved(tmp_path, example)).stdout
+    assert '"num_hash_lookahead_tokens" in COORDINATOR_PARAMS' in text
+    assert constants(text)["LOOKAHEAD_TOKENS"] == 2
+
+
 def test_o_writes_the_file_and_says_so(tmp_path: Path):
     out = tmp_path / "test_exported.py"
     source = saved(tmp_path, EAGLE_WINDOWS.example)
