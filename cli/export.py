@@ -107,21 +107,16 @@ def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("file")
 @click.option(
     "--engine",
     metavar="|".join(ExportEngine),
     help="The engine (default: the one the file's recorded target drives).",
 )
-@click.option(
-    "-o",
-    "--out",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Write the test here (default: stdout).",
-)
+@click.option("-o", "--out", metavar="OUT.py", help="Write the test here (default: stdout).")
 def export(file: str, engine: str | None, out: str | None) -> None:
-    """Write FILE, a saved counterexample, as one standalone pytest file in the
-    engine's own terms, asserting the correct hit (kvhit's spec answer)."""
+    """Write FILE (- for stdin), a saved counterexample, as one standalone pytest file
+    in the engine's own terms, asserting the correct hit (kvhit's spec answer)."""
     saved = read_saved(file, engine)
     text = import_attr(GENERATORS[saved.engine])(saved)
     if out is None:

@@ -152,6 +152,7 @@ def test_an_unknown_engine_is_one_line(tmp_path: Path):
 
 def test_an_unreadable_file_is_one_line(tmp_path: Path):
     assert "No such file or directory" in one_error(export(str(tmp_path / "missing.json")))
+    assert one_error(export(str(tmp_path))).endswith("Is a directory")
     broken = tmp_path / "broken.json"
     broken.write_bytes(b"\xff\xfe")
     assert "not UTF-8 text" in one_error(export(str(broken)))
@@ -163,6 +164,7 @@ def test_an_unwritable_output_is_one_line(tmp_path: Path):
     source = saved(tmp_path, EAGLE_WINDOWS.example)
     message = one_error(export(source, "-o", str(tmp_path / "no" / "such" / "test.py")))
     assert message.startswith("error: -o: cannot write ")
+    assert one_error(export(source, "-o", str(tmp_path))).endswith("Is a directory")
 
 
 def test_a_query_no_release_can_be_asked_is_one_line(tmp_path: Path):
