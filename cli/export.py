@@ -22,7 +22,10 @@ from kvhit.model.protocol import QueryError, parse_query
 from kvhit.targets.stateful import decode_admitted, is_program_file, load_program_file
 from kvhit.targets.wire import BadReturn
 
-GENERATORS = {ExportEngine.VLLM: "kvhit.engines.vllm.export:generate"}
+GENERATORS = {
+    ExportEngine.VLLM: "kvhit.engines.vllm.export:generate",
+    ExportEngine.SGLANG: "kvhit.engines.sglang.export:generate",
+}
 """Each engine's generator, imported when used (it needs no engine installed)."""
 
 

@@ -36,14 +36,15 @@ from kvhit.targets.stateful import Finish, Op, Program
 
 
 class ExportEngine(StrEnum):
-    """An engine ``kvhit export`` writes tests for (SGLang's: not yet)."""
+    """An engine ``kvhit export`` writes tests for."""
 
     VLLM = "vllm"
+    SGLANG = "sglang"
 
 
 def engine_of(target: str | None) -> ExportEngine | None:
     """The engine a recorded target name drives (``vllm``, ``vllm-undocumented``,
-    ``vllm[eagle=drop]``), or None.
+    ``vllm[eagle=drop]``, ``sglang``), or None.
 
     >>> engine_of("vllm[eagle=drop]"), engine_of("impl")
     (<ExportEngine.VLLM: 'vllm'>, None)

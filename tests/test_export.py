@@ -133,7 +133,7 @@ def test_o_writes_the_file_and_says_so(tmp_path: Path):
 def test_a_plain_query_needs_the_engine_named(tmp_path: Path):
     plain = tmp_path / "q.json"
     plain.write_text(json.dumps(EAGLE_WINDOWS.example))
-    assert "records no target: give --engine (vllm)" in one_error(export(str(plain)))
+    assert "records no target: give --engine (vllm, sglang)" in one_error(export(str(plain)))
     result = export(str(plain), "--engine", "vllm")
     assert result.exit_code == 0 and "When saved" not in result.stdout
 
@@ -146,7 +146,7 @@ def test_a_target_of_no_engine_needs_the_engine_named(tmp_path: Path):
 def test_an_unknown_engine_is_one_line(tmp_path: Path):
     source = saved(tmp_path, EAGLE_WINDOWS.example)
     assert one_error(export(source, "--engine", "trtllm")) == (
-        "error: --engine 'trtllm': expected one of vllm"
+        "error: --engine 'trtllm': expected one of vllm, sglang"
     )
 
 
