@@ -1,7 +1,9 @@
 """Cases per second against vLLM, one core: before (a coordinator built for every
-query, L* worked out for every reply), now (one coordinator per shape of query, its
-pool reset between queries; L* only for a reply holding an answer), and the ceiling
-(vLLM's ``find_longest_cache_hit`` alone).
+query, L* worked out for every reply, each query sent to the target as JSON and parsed
+back, SIGALRM's handler set up for every call), now (one coordinator per shape of query,
+its pool reset between queries; L* only for a reply holding an answer; the parsed query
+handed to the built-in; the handler set up once per phase), and the ceiling (vLLM's
+``find_longest_cache_hit`` alone).
 
 Run in the vLLM environment: ``python benchmarks/vllm_speed.py [--cases N] [--rounds R]``.
 
@@ -31,6 +33,7 @@ from rich.table import Table
 from kvhit.engines.vllm import target
 from kvhit.errors import Unsupported
 from kvhit.harness.checker import CaseChecker, Phase
+from kvhit.harness.compare import judge_reply, unanswered
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.model.spec import Answer, Query, longest_hit
@@ -40,18 +43,25 @@ Campaign = Callable[[], list[Phase]]
 NO_TIME_BOUND = 86_400.0
 
 
-class EveryReplyChecker(CaseChecker):
-    """The checker before: L* worked out for every reply, whatever it holds."""
+class BeforeChecker(CaseChecker):
+    """The checker before: L* worked out for every reply, whatever it holds; the query
+    sent as JSON; the alarm handler set up by each call's time limit."""
 
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Any, Any]:
-        return super().judge(q, longest_hit(q) if best is None else best)
+        reply = self.runner(q.to_json())
+        best = longest_hit(q) if best is None else best
+        return unanswered(reply) or judge_reply(q, reply, best), reply.value
+
+    def run(self, phase: Phase) -> bool:
+        self.phase, self.phases_run = phase.name, self.phases_run + 1
+        return self.run_cases(phase)
 
 
 def run(campaign: Campaign, before: bool) -> tuple[float, int, dict[str, int]]:
     """Seconds, cases and counts of one run of ``campaign`` on the path before or now."""
     target.COORDINATORS.kept.clear()
     target.COORDINATORS.size = 0 if before else target.Coordinators.size
-    checker_type = EveryReplyChecker if before else CaseChecker
+    checker_type = BeforeChecker if before else CaseChecker
     checker = checker_type(TargetSpec("vllm", timeout=60.0).open(), "vllm")
     start = time.perf_counter()
     for phase in campaign():

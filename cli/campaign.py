@@ -31,10 +31,12 @@ from rich.text import Text
 
 from kvhit.cli.display import campaign_bar, counts_text
 from kvhit.cli.options import (
+    DEFAULT_STEPS,
     RunSettings,
     TargetChoice,
     check_kinds,
     refuse_with_stateful,
+    refuse_without_stateful,
     run_options,
     stateful_options,
     target_choice_options,
@@ -317,7 +319,7 @@ def fuzz(
     kinds: str | None,
     scope_file: str | None,
     stateful: bool,
-    steps: int,
+    steps: int | None,
     prompt_tokens: int | None,
 ) -> None:
     """Check random queries against the reference until --seconds pass or --cases are done
@@ -326,6 +328,7 @@ def fuzz(
     The first disagreement of each class is shrunk, saved to --out and drawn.
     """
     o = options
+    refuse_without_stateful(stateful, steps=steps, prompt_tokens=prompt_tokens)
     picked = check_kinds(kinds)
     seconds, cases = o.seconds, o.cases
     if seconds is None and cases is None and scope_file is None:
@@ -337,7 +340,7 @@ def fuzz(
             picked,
             o.drawn_shape(),
             max_tokens=prompt_tokens or 2 * max_blocks,
-            steps=steps,
+            steps=steps or DEFAULT_STEPS,
             seed=o.seed,
             stop_at_first=False,
             out_dir=Path(o.out),
@@ -368,20 +371,21 @@ def gate(
     junit: str | None,
     keep_going: bool,
     stateful: bool,
-    steps: int,
+    steps: int | None,
     prompt_tokens: int | None,
 ) -> None:
     """The CI gate: every state of small scopes, the solver corpus, then random queries
     (of --shape) for --seconds (default 20). Stops at the first disagreement unless
     --keep-going."""
     o = options
+    refuse_without_stateful(stateful, steps=steps, prompt_tokens=prompt_tokens)
     budget = DEFAULT_SECONDS if o.seconds is None else o.seconds
     if stateful:
         refuse_with_stateful(isolate=o.spec.isolate, ray=o.ray_address)
         plan = ProgramPlan(
             shape=o.drawn_shape(),
             max_tokens=prompt_tokens or ProgramPlan.max_tokens,
-            steps=steps,
+            steps=steps or DEFAULT_STEPS,
             seed=o.seed,
             stop_at_first=not keep_going,
             out_dir=Path(o.out),

@@ -234,9 +234,7 @@ def stateful_options(func: Command) -> Command:
     func = click.option(
         "--steps",
         type=click.IntRange(min=1),
-        default=DEFAULT_STEPS,
-        show_default=True,
-        help="With --stateful: the most operations per program.",
+        help=f"With --stateful: the most operations per program (default {DEFAULT_STEPS}).",
     )(func)
     return click.option(
         "--stateful",
@@ -251,6 +249,14 @@ def refuse_with_stateful(**given: Any) -> None:
     for option, value in given.items():
         if value:
             raise BadInput(f"--{option.replace('_', '-')} is not available with --stateful")
+
+
+def refuse_without_stateful(stateful: bool, **given: Any) -> None:
+    """BadInput if an option that only a campaign of programs takes was given without
+    ``--stateful`` (it would change nothing)."""
+    for option, value in given.items():
+        if value is not None and not stateful:
+            raise BadInput(f"--{option.replace('_', '-')} needs --stateful")
 
 
 def check_kinds(kinds: str | None) -> tuple[Choice, ...]:

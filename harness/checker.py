@@ -30,7 +30,7 @@ from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
 from kvhit.harness.tally import Tally
 from kvhit.model.spec import Answer, Query, longest_hit
-from kvhit.targets.runner import Runner
+from kvhit.targets.runner import Runner, alarm_handler
 from kvhit.targets.wire import json_safe
 
 Case = tuple[Query, Answer | None]  # the query and, when the source knows it, L*'s answer
@@ -85,7 +85,7 @@ class CaseChecker:
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
         """Run the target on ``q`` and classify its reply; also the raw answer. L* is
         worked out (when not given) only for a reply that holds an answer."""
-        reply = self.runner(q.to_json())
+        reply = self.runner.ask(q)
         outcome = unanswered(reply)
         if outcome is None:
             outcome = judge_reply(q, reply, best if best is not None else longest_hit(q))
@@ -135,6 +135,11 @@ class CaseChecker:
         """Check a phase's cases; False if it stopped at a disagreement (``stop_at_first``)."""
         self.phase = phase.name
         self.phases_run += 1
+        with alarm_handler():
+            return self.run_cases(phase)
+
+    def run_cases(self, phase: Phase) -> bool:
+        """:meth:`run`'s loop over the phase's cases."""
         deadline = None if phase.seconds is None else time.monotonic() + phase.seconds
         numbered = islice(enumerate(phase.cases), phase.start, None, phase.step)
         for number, (q, best) in numbered:

@@ -16,17 +16,20 @@ from __future__ import annotations
 from typing import Any
 
 from kvhit.impl.coordinator import Coordinator
-from kvhit.model.protocol import parse_query
-from kvhit.model.spec import fine_query
+from kvhit.model.spec import Query, fine_query
+from kvhit.targets.wire import QueryTarget
 
 
-def impl_target(query: dict[str, Any]) -> dict[str, Any]:
+def impl_answer(q: Query) -> dict[str, Any]:
     """Build a pool holding exactly the query's cached blocks for a request of
     ``num_tokens`` tokens (with a hash unit, its units: a partially filled block is a
     block cached up to its fine boundary), then answer with the coordinator's lookup."""
-    q = parse_query(query)
     coord = Coordinator(q.groups, sum(map(len, q.cached)) + 1, q.alignment, q.hash_unit)
     request = coord.request([0] * q.num_tokens)
     coord.preload(request, fine_query(q).cached)
     hit = coord.find_longest_cache_hit(request, q.max_length)
     return {"length": hit.length, "blocks": hit.indices()}
+
+
+impl_target = QueryTarget(impl_answer)
+"""The ``impl`` target."""

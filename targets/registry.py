@@ -31,20 +31,25 @@ from typing import Any
 
 from kvhit.errors import TargetError, UndrivableTarget, described
 from kvhit.importing import import_attr
-from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Query
 from kvhit.reference import fixed_point_answer, min_of_groups_answer
+from kvhit.targets.wire import QueryTarget
 
 Target = Callable[[dict[str, Any]], Any]
 
 
-def model_target(query: dict[str, Any]) -> dict[str, Any]:
+def model_answer(q: Query) -> dict[str, Any]:
     """The reference: the fixed point, with the blocks the spec reuses there."""
-    return fixed_point_answer(parse_query(query)).to_json()
+    return fixed_point_answer(q).to_json()
 
 
-def seed_min_target(query: dict[str, Any]) -> dict[str, Any]:
+def seed_min_answer(q: Query) -> dict[str, Any]:
     """The rejected PR: the min of the per-group hits (known wrong, only ever unsafe)."""
-    return min_of_groups_answer(parse_query(query)).to_json()
+    return min_of_groups_answer(q).to_json()
+
+
+model_target = QueryTarget(model_answer)
+seed_min_target = QueryTarget(seed_min_answer)
 
 
 class Mode(StrEnum):

@@ -47,8 +47,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from kvhit.errors import TargetError, Unsupported, described, raised_at
+from kvhit.model.spec import Query
 from kvhit.targets import registry
 from kvhit.targets.registry import Mode, Target
+from kvhit.targets.wire import QueryTarget
 
 CALL_TIMEOUT = 10.0
 LOAD_TIMEOUT = 120.0  # importing a target, or starting its worker or program
@@ -79,6 +81,31 @@ class CallTimeout(BaseException):
     """
 
 
+def expire(signum: int, frame: Any) -> None:
+    """SIGALRM's handler while a time limit runs: the call is over."""
+    raise CallTimeout
+
+
+@contextmanager
+def alarm_handler() -> Iterator[None]:
+    """:func:`expire` handles SIGALRM in the block (on the main thread), and what
+    handled it before does again after. Time limits inside the block (one per call of a
+    campaign) find it in place and leave it there, rather than set it up per call."""
+    if signal.getsignal(signal.SIGALRM) is expire or not on_main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def on_main_thread() -> bool:
+    """Whether this is the main thread, the only one SIGALRM interrupts."""
+    return threading.current_thread() is threading.main_thread()
+
+
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise :class:`CallTimeout` in the block if it runs longer than ``seconds`` (None:
@@ -87,20 +114,15 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     Uses SIGALRM, so the limit applies only on the main thread (elsewhere the block
     runs unlimited), and it interrupts Python code, not a single long call into C.
     """
-    if seconds is None or threading.current_thread() is not threading.main_thread():
+    if seconds is None or not on_main_thread():
         yield
         return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise CallTimeout
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with alarm_handler():
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 class TargetOutput(io.TextIOBase):
@@ -200,7 +222,7 @@ def counted(n: int, thing: str) -> str:
     return f"{n:,} {thing}{'' if n == 1 else 's'}"
 
 
-def crash_detail(err: Exception, message: dict[str, Any]) -> str:
+def crash_detail(err: Exception, message: dict[str, Any] | Query) -> str:
     """What a target's exception says: its type, message and where it was raised; for
     a MemoryError (whose message is often empty) also the line that was running and
     the size of what the target was given."""
@@ -209,16 +231,19 @@ def crash_detail(err: Exception, message: dict[str, Any]) -> str:
     traceback.clear_frames(err.__traceback__)  # free what the target allocated
     frame = raised_at(err)
     running = f" running `{frame.line}`" if frame is not None and frame.line else ""
-    return f"{described(err)}: out of memory{running} on {size_of(message)}"
+    as_json = message.to_json() if isinstance(message, Query) else message
+    return f"{described(err)}: out of memory{running} on {size_of(as_json)}"
 
 
-def call_target(func: Target, message: dict[str, Any], limit: float | None = None) -> Reply:
+def call_target(func: Target, message: dict[str, Any] | Query, limit: float | None = None) -> Reply:
     """Call a Python target on one message within ``limit`` seconds (None: no limit),
-    its stdout kept aside: its answer, or why there is none."""
+    its stdout kept aside: its answer, or why there is none. A parsed query goes to a
+    :class:`~kvhit.targets.registry.QueryTarget` as it is, to any other target in its
+    JSON form."""
     with captured() as out:
         try:
             with time_limit(limit):
-                value = func(message)
+                value = answer_of(func, message)
         except CallTimeout:
             return Reply("timeout", detail=f"no answer within {limit:g} s")
         except Unsupported as err:
@@ -227,6 +252,16 @@ def call_target(func: Target, message: dict[str, Any], limit: float | None = Non
             detail = crash_detail(err, message) + last_lines(out.kept, "it printed on stdout")
             return Reply("crash", detail=detail)
     return Reply("answer", value)
+
+
+def answer_of(func: Target, message: dict[str, Any] | Query) -> Any:
+    """What ``func`` answers to ``message``, a parsed query handed over in the form the
+    target takes."""
+    if not isinstance(message, Query):
+        return func(message)
+    if isinstance(func, QueryTarget):
+        return func.answer(message)
+    return func(message.to_json())
 
 
 def load_overrun(name: str, limit: float, where: str = "") -> str:
@@ -264,6 +299,10 @@ class CallableRunner:
 
     def __call__(self, query: dict[str, Any]) -> Reply:
         return call_target(self.func, query, self.timeout)
+
+    def ask(self, q: Query) -> Reply:
+        """The target's reply to a parsed lookup query (a built-in is handed it as it is)."""
+        return call_target(self.func, q, self.timeout)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -354,6 +393,10 @@ class CommandRunner:
                 self.pending += chunk
         line, _, self.pending = self.pending.partition(b"\n")
         return line + b"\n"
+
+    def ask(self, q: Query) -> Reply:
+        """The program's reply to a parsed lookup query, sent as JSON."""
+        return self(q.to_json())
 
     def __call__(self, query: dict[str, Any]) -> Reply:
         allowance = 0.0

@@ -1,4 +1,5 @@
-"""The wire form of a stateless answer: decoding what a target returned
+"""The wire form of a stateless query and answer: a target written over parsed queries
+(:class:`QueryTarget`), decoding what a target returned
 (docs/design.md §5.2), and showing an odd answer in a message.
 
     >>> from kvhit.model.protocol import parse_query
@@ -15,8 +16,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 
 
@@ -68,3 +72,21 @@ def decode_answer(q: Query, value: Any) -> tuple[int, list[list[int]] | None]:
     ):
         raise BadReturn(f"blocks must be one list of block indices per group ({len(q.groups)})")
     return length, blocks
+
+
+@dataclass(frozen=True)
+class QueryTarget:
+    """A lookup written over parsed queries, as the built-ins are. Called with a
+    protocol message, as every target is, it parses the message first; a runner in this
+    process hands it the :class:`~kvhit.model.spec.Query` itself (:attr:`answer`), so
+    the query makes no round trip through JSON.
+
+    >>> QueryTarget(lambda q: {"length": q.max_length})({"groups": [{"kind": "full", "block_size": 1}],
+    ...                                                  "cached": ["1"], "max_length": 1})
+    {'length': 1}
+    """
+
+    answer: Callable[[Query], dict[str, Any]]
+
+    def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
+        return self.answer(parse_query(message))

@@ -173,6 +173,12 @@ def test_target_cmd_unsupported_is_not_a_disagreement(tmp_path: Path) -> None:
         (("gate", "--target", "no_such_module:f"), "cannot import no_such_module"),
         (("fuzz", "--target", "model", "--kinds", "full,spiral"), "unknown kind 'spiral'"),
         (("gate", "--target-cmd", "/no/such/program"), "cannot start"),
+        (
+            ("fuzz", "--target", "model", "--prompt-tokens", "64"),
+            "--prompt-tokens needs --stateful",
+        ),
+        (("gate", "--target", "model", "--steps", "5"), "--steps needs --stateful"),
+        (("fuzz", "--target", "impl", "--stateful", "--isolate"), "--isolate is not available"),
     ],
 )
 def test_bad_usage_exits_2(args: tuple[str, ...], message: str, tmp_path: Path) -> None:

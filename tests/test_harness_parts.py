@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -27,8 +28,9 @@ from kvhit.model.spec import Group, Kind, Query, longest_hit
 from kvhit.proofs import corpus_states
 from kvhit.targets import registry as targets
 from kvhit.targets.registry import model_target, seed_min_target
-from kvhit.targets.runner import CommandRunner, Reply
+from kvhit.targets.runner import CallableRunner, CommandRunner, Reply
 from kvhit.targets.spec import TargetSpec
+from kvhit.targets.wire import QueryTarget
 
 pytest_plugins = ["pytester"]
 PLUGIN = "kvhit.harness.pytest_plugin"
@@ -292,3 +294,39 @@ def test_a_disagreement_is_on_disk_before_it_is_reported(tmp_path: Path) -> None
     checker = CaseChecker(TargetSpec("seed-min").open(), "seed-min", tmp_path, on_found=on_found)
     checker.run(Phase("random", ((q, None) for q in random_queries(1, 200))))
     assert seen == [("unsafe", "unsafe", checker.tally.files)]  # no temporary file left behind
+
+
+def test_a_built_in_is_handed_the_parsed_query_and_any_other_target_its_json() -> None:
+    """The in-process runner spares built-ins the JSON round trip, and only them."""
+    q = next(iter(random_queries(3, 1)))
+    seen: list[Any] = []
+
+    def record(message: Any) -> dict[str, Any]:
+        seen.append(message)
+        return {"length": 0, "blocks": [[] for _ in q.groups]}
+
+    CallableRunner(QueryTarget(record), 5.0).ask(q)
+    CallableRunner(record, 5.0).ask(q)
+    assert seen[0] is q
+    assert seen[1] == q.to_json() and parse_query(seen[1]) == q
+
+
+def test_a_campaign_keeps_its_alarm_handler_per_phase_and_restores_the_users() -> None:
+    """Calls that run past their limit still time out, each of them, while the handler
+    stays in place across the phase; afterwards SIGALRM has the handler it had before."""
+
+    def users_handler(signum: int, frame: Any) -> None:
+        """Stands in for a handler of the process kvhit runs in (pytest-timeout's)."""
+
+    def slow(message: Any) -> None:
+        while True:
+            pass
+
+    previous = signal.signal(signal.SIGALRM, users_handler)
+    try:
+        checker = CaseChecker(CallableRunner(slow, 0.05), "slow")
+        checker.run(Phase("random", ((q, None) for q in random_queries(1, 3))))
+        assert checker.tally.counts["timeout"] == 3
+        assert signal.getsignal(signal.SIGALRM) is users_handler
+    finally:
+        signal.signal(signal.SIGALRM, previous)

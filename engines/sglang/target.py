@@ -53,7 +53,6 @@ from typing import Any
 import torch
 
 from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_query
 from kvhit.model.spec import (
     Answer,
     Drafter,
@@ -64,6 +63,7 @@ from kvhit.model.spec import (
     fine_query,
     window_before,
 )
+from kvhit.targets.wire import QueryTarget
 
 
 def _import_torchvision() -> None:
@@ -481,7 +481,7 @@ def reused(q: Query, lay: Layout, built: Built, length: int, path: torch.Tensor)
     return [REUSED[g.kind](g, lay, built, length, full) for g in q.groups]
 
 
-def sglang_target(query: dict[str, Any]) -> dict[str, Any]:
+def sglang_answer(q: Query) -> dict[str, Any]:
     """The ``sglang`` target: SGLang's hit length for the first M tokens and the blocks
     its match reuses. A query with a hash unit h is SGLang at page size h holding its
     :func:`fine_query` (h must be the alignment: SGLang matches whole pages).
@@ -495,7 +495,6 @@ def sglang_target(query: dict[str, Any]) -> dict[str, Any]:
     ...                "hash_unit": 2})
     {'length': 6, 'blocks': [[0, 1], [1]]}
     """
-    q = parse_query(query)
     fine = fine_query(q)
     lay = layout(fine)
     try:
@@ -507,3 +506,7 @@ def sglang_target(query: dict[str, Any]) -> dict[str, Any]:
     path = built.cache.path_device_indices(result.last_device_node)
     blocks = reused(fine, lay, built, length, path)
     return coarse_answer(q, Answer(length, tuple(map(tuple, blocks)))).to_json()
+
+
+sglang_target = QueryTarget(sglang_answer)
+"""The ``sglang`` target."""

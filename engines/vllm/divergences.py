@@ -24,6 +24,7 @@ from kvhit.engines.vllm.release import spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Group, Kind, Query, Upto, window_before
+from kvhit.targets.wire import QueryTarget
 
 OLDEST = "0.14.0"
 NEWEST = "0.34.0"
@@ -349,13 +350,16 @@ def documented(q: Query, release: str = NEWEST) -> list[str]:
     return [d.name for d in in_release(release) if d.scope(q)]
 
 
-def vllm_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
+def outside_divergences_answer(q: Query) -> dict[str, Any]:
     """vLLM's answer, or :class:`Unsupported` naming the installed release's documented
     divergence whose scope holds the query."""
-    from kvhit.engines.vllm.target import RELEASE, vllm_target
+    from kvhit.engines.vllm.target import RELEASE, vllm_answer
 
-    q = parse_query(query)
     names = documented(q, RELEASE.name)
     if names:
         raise Unsupported(f"documented divergence: {names[0]}")
-    return vllm_target(query)
+    return vllm_answer(q)
+
+
+vllm_outside_divergences = QueryTarget(outside_divergences_answer)
+"""The ``vllm-undocumented`` target."""

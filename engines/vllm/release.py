@@ -39,7 +39,7 @@ from math import gcd, lcm
 from typing import Any
 
 from kvhit.errors import UndrivableTarget, Unsupported
-from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, Upto, inclusive_window
+from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, inclusive_window
 
 VLLM_TARGETS = ("vllm", "vllm-undocumented")
 """The built-in targets that drive vLLM's lookup."""
@@ -274,8 +274,14 @@ def scheduler_block_size(q: Query) -> int:
 
 
 def pool_size(q: Query) -> int:
-    """Enough blocks for every cached or partial entry, plus vLLM's null block."""
-    return sum(1 for row in q.cached for e in row if isinstance(e, Upto) or e) + 1
+    """A block for every entry of the rows (cached, partial or not), plus vLLM's null
+    block: enough for any state of rows of these lengths, so the states of one shape
+    share a coordinator.
+
+    >>> pool_size(Query((Group(Kind.FULL, 1),), ((True, False, True),), 3, 4, 1))
+    4
+    """
+    return sum(map(len, q.cached)) + 1
 
 
 def shared_lookahead(groups: Sequence[Group]) -> int:

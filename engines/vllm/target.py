@@ -48,7 +48,9 @@ Each query is configured as vLLM configures that model on the release by default
   built from) and kept (:class:`Coordinators`); after each lookup its block pool is
   reset to the state a fresh build gives (:func:`reset_pool`), so the next query of
   that shape starts from a fresh pool. A lookup that raises drops its coordinator.
-  What a shape cannot be asked is kept too, so it is refused without a build.
+  What a shape cannot be asked is kept too, so it is refused without a build. The
+  pool holds a block per entry of the rows, whatever the entries are, so every state of
+  rows of the same lengths shares the coordinator.
 - vLLM refuses some configurations outright (its own asserts, e.g. chunked local
   attention with mixed block sizes): the adapter knows them from the configuration
   (:func:`kvhit.engines.vllm.release.refusal`) and raises
@@ -89,8 +91,8 @@ from kvhit.engines.vllm.release import (
     scheduler_block_size,
 )
 from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind, Query, Upto, inclusive_window
+from kvhit.targets.wire import QueryTarget
 
 try:
     from vllm.utils.hashing import sha256
@@ -311,7 +313,7 @@ def reset_pool(pool: BlockPool) -> None:
 
 def shape_key(q: Query, path: EaglePath) -> Hashable:
     """What vLLM's configs and coordinator for ``q`` are built from: all but the cache
-    state (the pool's size is the number of entries the state holds)."""
+    state (the pool's size is the rows' lengths)."""
     return q.groups, q.num_tokens, q.alignment, q.hash_unit, pool_size(q), path
 
 
@@ -381,7 +383,11 @@ def lookup(
     return Lookup(length, reused, uncached[0] if uncached else None)
 
 
-def vllm_target(query: dict[str, Any]) -> dict[str, Any]:
-    """The ``vllm`` target: vLLM's hit length and each group's non-null block indices."""
-    found = lookup(parse_query(query))
+def vllm_answer(q: Query) -> dict[str, Any]:
+    """vLLM's hit length and each group's non-null block indices."""
+    found = lookup(q)
     return {"length": found.length, "blocks": found.blocks}
+
+
+vllm_target = QueryTarget(vllm_answer)
+"""The ``vllm`` target."""
