@@ -362,7 +362,7 @@ def request(request_id, tokens):
 LOOKUP_CONSTANTS = """\
 NUM_TOKENS = {num_tokens}  # T: the request is tokens 0 … T-1
 MAX_LENGTH = {max_length}  # M: the longest hit asked for (vLLM's max_cache_hit_length)
-NUM_BLOCKS = {num_blocks}  # the cached blocks and vLLM's null block
+NUM_BLOCKS = {num_blocks}  # enough for the cached blocks, and vLLM's null block
 CACHED = {cached}  # per group: the whole blocks in vLLM's prefix cache
 PARTIAL = {partial}  # per group: the fine boundary of a partially filled block
 {expected}"""
