@@ -108,6 +108,11 @@ def eagle_windows(q: Query) -> bool:
     return len(specs) >= 2
 
 
+def full_groups_apart(q: Query) -> bool:
+    """Two full attention groups with different specs (vLLM looks them up apart)."""
+    return len({spec_key(g) for g in q.groups if g.kind == Kind.FULL}) >= 2
+
+
 def partial_hits(q: Query) -> bool:
     """Whether vLLM may look the query up with partial hash hits: it has a hash unit and
     a Mamba group whose block is larger (``partial_hash_hits_enabled``)."""
@@ -312,13 +317,32 @@ DIVERGENCES = (
             "groups": [
                 {"kind": "full", "block_size": 1, "eagle": True},
                 {"kind": "full", "block_size": 1},
+                {"kind": "mamba", "block_size": 1},
             ],
-            "cached": ["11", "1"],
+            "cached": ["11", "1", "11"],
             "max_length": 1,
         },
         vllm_length=0,
-        vllm_blocks=[[], []],
-        first="0.29.0",
+        vllm_blocks=[[], [], []],
+        first="0.20.0",
+    ),
+    Divergence(
+        "only the first full attention group's blocks are cut to the hit",
+        "wrong blocks",
+        full_groups_apart,
+        {
+            "groups": [
+                {"kind": "full", "block_size": 1},
+                {"kind": "full", "block_size": 2},
+                sw(2, 2),
+            ],
+            "cached": ["11", "1", ""],
+            "max_length": 2,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], [0], []],
+        first="0.16.0",
+        last="0.28.0",
     ),
     Divergence(
         "window 1 still needs the block before the hit",
