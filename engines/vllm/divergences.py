@@ -151,10 +151,15 @@ def lookup_caps(q: Query, g: Group) -> set[int]:
 
 def interior_of_whole_block(q: Query) -> bool:
     """A full attention group (block larger than the hash unit) whose lookup may stop
-    at a hash boundary inside a block cached whole, with every block before it cached."""
-    for g, row in fine_full_rows(q):
+    at a hash boundary inside a block cached whole, with every block before it cached:
+    at a cap, or where a group of the same spec, looked up with it, stops being cached
+    whole."""
+    rows = fine_full_rows(q)
+    for g, row in rows:
         run = whole_run(row)
         if any(c % g.block_size and c // g.block_size < run for c in lookup_caps(q, g)):
+            return True
+        if any(same_spec(g, x) and whole_run(other) < run for x, other in rows):
             return True
     return False
 
@@ -171,13 +176,29 @@ def below_partial_boundary(q: Query) -> bool:
     return False
 
 
+def drop_unit(q: Query, g: Group) -> int:
+    """What an eagle drop takes from group g's hit: a hash unit where partial hash hits
+    may let full attention stop inside a block (``eagle_proof_margin``), else a block."""
+    h = q.hash_unit
+    fine = partial_hits(q) and all(
+        x.kind in (Kind.FULL, Kind.MAMBA) or x.block_size == h for x in q.groups
+    )
+    return min(g.block_size, h) if h is not None and fine and g.kind == Kind.FULL else g.block_size
+
+
+def block_drop_finer_hash(q: Query) -> bool:
+    """An eagle group whose drop takes a whole block where the query hashes finer
+    (partial hash hits off for it)."""
+    h = q.hash_unit
+    return h is not None and any(
+        g.eagle and g.kind != Kind.MAMBA and drop_unit(q, g) > h for g in q.groups
+    )
+
+
 def margin_past_max_length(q: Query) -> bool:
     """An eagle group among several whose drop margin (a block, or a hash unit) from the
     longest candidate reaches past M, outside the other eagle classes."""
-    unit = q.hash_unit
-    capped = any(
-        g.eagle and q.top + min(g.block_size, unit or g.block_size) > q.max_length for g in q.groups
-    )
+    capped = any(g.eagle and q.top + drop_unit(q, g) > q.max_length for g in q.groups)
     others = eagle_window_off_alignment(q) or eagle_windows(q) or eagle_shares_spec(q)
     return eagle_in_hybrid(q) and capped and not others
 
@@ -225,6 +246,23 @@ DIVERGENCES = (
         },
         vllm_length=4,
         vllm_blocks=[[0], [0]],
+        first="0.26.0",
+    ),
+    Divergence(
+        "with partial hash hits off, the eagle drop takes a whole block where the query "
+        "hashes finer",
+        "lost reuse",
+        block_drop_finer_hash,
+        {
+            "groups": [{"kind": "full", "block_size": 2, "eagle": True}, sw(4, 4)],
+            "cached": [[True, True, {"upto": 5}], "11"],
+            "max_length": 6,
+            "num_tokens": 7,
+            "alignment": 4,
+            "hash_unit": 1,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], []],
         first="0.26.0",
     ),
     Divergence(
