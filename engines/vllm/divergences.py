@@ -17,7 +17,9 @@ against it is a new finding::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import reduce
+from math import gcd
 from typing import Any
 
 from kvhit.engines.vllm.release import spec_key
@@ -43,13 +45,15 @@ class Divergence:
     """A documented difference between vLLM and the spec, in releases first … last."""
 
     name: str
-    verdict: str  # "unsafe", "lost reuse" or "wrong blocks" on the example
+    verdict: str  # "unsafe", "lost reuse", "wrong blocks" or "crash" on the example
     scope: Callable[[Query], bool]
     example: dict[str, Any]
-    vllm_length: int
-    vllm_blocks: list[list[int]]
+    vllm_length: int = 0
+    vllm_blocks: list[list[int]] = field(default_factory=list)
     first: str = OLDEST
     last: str = NEWEST
+    error: str | None = None
+    """What vLLM raises on the example (a crash): the error's type and message."""
 
     @property
     def query(self) -> Query:
@@ -201,6 +205,32 @@ def margin_past_max_length(q: Query) -> bool:
     capped = any(g.eagle and q.top + drop_unit(q, g) > q.max_length for g in q.groups)
     others = eagle_window_off_alignment(q) or eagle_windows(q) or eagle_shares_spec(q)
     return eagle_in_hybrid(q) and capped and not others
+
+
+def hash_block(q: Query) -> int:
+    """vLLM's hash block size for the query: its hash unit, else the gcd of the block
+    sizes."""
+    return q.hash_unit or reduce(gcd, (g.block_size for g in q.groups))
+
+
+def lookup_past_lookahead_hashes(q: Query) -> bool:
+    """Lookahead block hashes with no full attention group (which would bound the hit by
+    the hashed blocks), and a group whose lookup bound M reaches a block past the
+    request's hashed tokens (those ending by T - La)."""
+    lookahead = max((g.lookahead for g in q.groups if g.drafter == Drafter.LOOKAHEAD), default=0)
+    if not lookahead or any(g.kind == Kind.FULL for g in q.groups):
+        return False
+    hashed = (q.num_tokens - lookahead) // hash_block(q) * hash_block(q)
+    return any(q.max_length // g.block_size > hashed // g.block_size for g in q.groups)
+
+
+def window_beside_partial_hits(q: Query) -> bool:
+    """A sliding window group beside a Mamba group whose block is larger than the hash
+    block (which turns partial hash hits on)."""
+    h = hash_block(q)
+    return any(g.kind == Kind.MAMBA and g.block_size > h for g in q.groups) and any(
+        g.kind == Kind.SLIDING_WINDOW for g in q.groups
+    )
 
 
 def sw(window: int, block_size: int = 1, eagle: bool = False) -> dict[str, Any]:
@@ -381,6 +411,55 @@ DIVERGENCES = (
         vllm_blocks=[[], [0], []],
         first="0.16.0",
         last="0.28.0",
+    ),
+    Divergence(
+        "SlidingWindowManager asserts on the partial hash hits a Mamba group turns on",
+        "crash",
+        window_beside_partial_hits,
+        {
+            "groups": [sw(2, 2), {"kind": "mamba", "block_size": 2}],
+            "cached": ["", ""],
+            "max_length": 1,
+            "alignment": 1,
+            "hash_unit": 1,
+        },
+        first="0.26.0",
+        last="0.27.0",
+        error="AssertionError: SlidingWindowManager does not support fine-grained (partial) "
+        "cache hits",
+    ),
+    Divergence(
+        "with lookahead hashes, a lookup bounded by M reads past the request's hashes",
+        "crash",
+        lookup_past_lookahead_hashes,
+        {
+            "groups": [{"kind": "mamba", "block_size": 4, "drafter": "lookahead", "lookahead": 4}],
+            "cached": ["1"],
+            "max_length": 4,
+        },
+        first="0.33.0",
+        error="IndexError: list index out of range",
+    ),
+    Divergence(
+        "with lookahead hashes, a chunk start at M is a hit past the request's hashes",
+        "unsafe",
+        lookup_past_lookahead_hashes,
+        {
+            "groups": [
+                {
+                    "kind": "chunked_local",
+                    "block_size": 2,
+                    "chunk": 2,
+                    "drafter": "lookahead",
+                    "lookahead": 2,
+                }
+            ],
+            "cached": [""],
+            "max_length": 2,
+        },
+        vllm_length=2,
+        vllm_blocks=[[]],
+        first="0.33.0",
     ),
     Divergence(
         "window 1 still needs the block before the hit",
