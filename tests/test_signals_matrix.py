@@ -69,12 +69,12 @@ def run_matrix(root: Path, tmp_path: Path, releases: str, *args: str) -> tuple[i
 def test_a_class_no_documented_divergence_gives_exits_1(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    reports = {"0.14.0": {"ok": 5, "unsafe": 2}, "0.34.0": {"ok": 5, "crash": 1}}
+    reports = {"0.14.0": {"ok": 5, "unsafe": 2}, "0.34.0": {"ok": 5, "timeout": 1}}
     root = with_reports(monkeypatch, tmp_path, reports)
     code, found = run_matrix(root, tmp_path, "0.14.0,0.34.0")
     assert code == 1
     assert found["failing"] == ["0.34.0"]
-    assert [row["counts"]["crash"] for row in found["rows"]] == [0, 1]
+    assert [row["counts"]["timeout"] for row in found["rows"]] == [0, 1]
 
 
 def test_documented_classes_alone_exit_0_and_fail_on_any_exits_1(

@@ -1,16 +1,19 @@
 """A stateful target for the gate: vLLM's KVCacheManager, with the documented lookup
 divergences set aside.
 
-An engine whose configuration (groups and alignment) is inside a documented
-divergence's scope (:mod:`kvhit.engines.vllm.divergences`, for the installed
-release) is refused as ``unsupported``, so anything
-the stateful gate reports against this target is a new finding:
+Before each ``admit`` the engine reads its own cache state for the request (the
+snapshot the stateful gate judges the hit against) and refuses the request as
+``unsupported`` when that lookup, as a stateless query, is inside a documented
+divergence's scope (:mod:`kvhit.engines.vllm.divergences`, for the installed release):
+the same filter as the stateless target ``vllm-undocumented``, so anything the stateful
+gate reports against this target is a new finding:
 
     cd tests_vllm && kvhit gate --stateful --target stateful_undocumented:manager_outside_divergences
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kvhit.engines.vllm.divergences import documented
@@ -18,15 +21,33 @@ from kvhit.engines.vllm.manager import VllmManagerEngine
 from kvhit.engines.vllm.target import RELEASE
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Query
-from kvhit.targets.stateful import Program
+from kvhit.targets.stateful import Program, decode_snapshot
 
 
-def manager_outside_divergences(config: dict[str, Any]) -> VllmManagerEngine:
-    """vLLM's manager for ``config``, or :class:`Unsupported` naming the documented
-    divergence whose scope holds it (the scopes only read the groups and alignment)."""
-    program = Program.from_json(config)
-    empty = Query(program.groups, tuple(() for _ in program.groups), 0, 1, program.alignment)
-    names = documented(empty, RELEASE.name)
-    if names:
-        raise Unsupported(f"documented divergence: {names[0]}")
-    return VllmManagerEngine(config)
+class ManagerOutsideDivergences(VllmManagerEngine):
+    """vLLM's manager, refusing each request whose lookup a documented divergence of the
+    installed release covers."""
+
+    def __init__(self, config: dict[str, Any]):
+        self.program = Program.from_json(config)
+        super().__init__(config)
+
+    def lookup_query(self, tokens: Sequence[int]) -> Query:
+        """The request's lookup as the stateful gate judges it: the engine's own cache
+        state for these tokens, M = T - 1."""
+        p = self.program
+        rows = decode_snapshot(self.snapshot(tokens), p.groups, p.hash_unit)
+        return Query(p.groups, rows, len(tokens) - 1, len(tokens), p.alignment, p.hash_unit)
+
+    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+        """vLLM's admit, or :class:`Unsupported` naming the documented divergence whose
+        scope holds the request's lookup."""
+        names = documented(self.lookup_query(tokens), RELEASE.name)
+        if names:
+            raise Unsupported(f"documented divergence: {names[0]}")
+        return super().admit(request, tokens)
+
+
+def manager_outside_divergences(config: dict[str, Any]) -> ManagerOutsideDivergences:
+    """vLLM's manager for ``config``, refusing the requests of documented divergences."""
+    return ManagerOutsideDivergences(config)

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from stateful_undocumented import manager_outside_divergences
 
+from kvhit.engines.vllm.manager import VllmManagerEngine
 from kvhit.engines.vllm.target import RELEASE
-from kvhit.errors import UndrivableTarget
+from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.targets.registry import Mode, load
@@ -127,3 +128,38 @@ def test_the_adapters_docstring_examples_hold() -> None:
 
     result = doctest.testmod(vllm_manager)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_lookup_in_a_documented_class_is_refused_request_by_request() -> None:
+    """An eagle group of blocks of 2 hashed per token beside a window (hash unit 1):
+    partial hash hits are off, so vLLM drops a whole block (findings-vllm.md, class
+    10). The undocumented target refuses each request as the stateless one refuses
+    its lookup (releases before 0.26.0 refuse the hash unit)."""
+    groups = [
+        {"kind": "full", "block_size": 2, "eagle": True},
+        {"kind": "sliding_window", "block_size": 4, "window": 4},
+    ]
+    config = {"groups": groups, "num_blocks": 16, "alignment": 4, "hash_unit": 1}
+    ops = [admit(0, *range(7)), admit(1, *range(7))]
+    runner = CallableRunner(EngineHost(manager_outside_divergences), timeout=30.0)
+    steps = run_program(runner, Program.from_json({**config, "ops": ops}))
+    assert {str(s.outcome.cls) for s in steps} == {"unsupported"}, steps[-1].outcome.reason
+
+
+def test_the_snapshot_reads_a_partial_entry_in_the_block_past_the_whole_ones() -> None:
+    """Hash unit 2, blocks of 4: a 3-token prompt registers its tail at 2, inside block
+    0, which the request never hashes whole; the snapshot must still see that entry
+    (vLLM's lookup reads it)."""
+    config = {
+        "groups": [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}],
+        "num_blocks": 8,
+        "alignment": 2,
+        "hash_unit": 2,
+    }
+    if not RELEASE.partial_hash_hits:  # no hash unit before 0.26.0
+        with pytest.raises(Unsupported):
+            VllmManagerEngine(config)
+        return
+    engine = VllmManagerEngine(config)
+    engine.admit(0, [0, 0, 1])
+    assert engine.snapshot([0, 0, 1])["cached"][0] == [{"upto": 2}]

@@ -186,15 +186,14 @@ class VllmManagerEngine:
 
         per = b // h
         row: list[Any] = []
-        for j in range(len(view)):
-            if cached(view[j]):
+        for j in range(-(-len(hashes) // per)):  # every block with a hashed unit
+            if j < len(view) and cached(view[j]):
                 row.append(True)
                 continue
             # a partial entry is keyed by the hash of the units before its boundary; vLLM
             # may register some without partial hits, but its lookup then never reads them
-            fine = [
-                k for k in range(1, per) if self.partial_hits and cached(hashes[j * per + k - 1])
-            ]
+            units = range(1, min(per, len(hashes) - j * per + 1))
+            fine = [k for k in units if self.partial_hits and cached(hashes[j * per + k - 1])]
             row.append(Upto(j * b + fine[-1] * h).to_json() if fine else False)
         return row
 
