@@ -12,6 +12,7 @@ import pytest
 from cases import bits, mamba_queries, query, unified_queries, window_queries
 
 import kvhit.engines.sglang.target as adapter
+from kvhit.engines.sglang.layout import shape
 from kvhit.engines.sglang.target import build, key, layout, sglang_target
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import QueryShape, random_queries
@@ -114,14 +115,14 @@ def test_the_adapter_docstring_examples_hold() -> None:
 @pytest.mark.parametrize("kind", [k for k in Kind if k != Kind.FULL])
 def test_the_tree_holds_each_kind_it_has_a_reuse_for_and_refuses_the_others(kind: Kind) -> None:
     """Every kind is in :data:`adapter.REUSED` (the tree holds it beside a full group)
-    or refused by :func:`adapter.shape` (tests/test_kind_registries.py checks the
+    or refused by :func:`kvhit.engines.sglang.layout.shape` (tests/test_kind_registries.py checks the
     other per-kind maps)."""
     groups = (Group(Kind.FULL, 1), group_of(kind, 1, 3))
     if kind in adapter.REUSED:
-        assert adapter.shape(groups, 1).full == 0
+        assert shape(groups, 1).full == 0
     else:
         with pytest.raises(Unsupported):
-            adapter.shape(groups, 1)
+            shape(groups, 1)
 
 
 def test_full_window_and_mamba_in_one_tree_agree() -> None:

@@ -67,7 +67,8 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from kvhit.engines.sglang.target import Pools, TreeGroups, new_cache, shape
+from kvhit.engines.sglang.layout import TreeGroups, shape
+from kvhit.engines.sglang.target import Pools, new_cache
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
 from kvhit.model.spec import default_alignment, window_before

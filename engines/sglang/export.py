@@ -28,6 +28,7 @@ Stateful programs are not exported for SGLang (:class:`BadInput` says so).
 from __future__ import annotations
 
 from kvhit.engines.export import SavedLookup, SavedProgram, lookup_story, wrapped
+from kvhit.engines.sglang.layout import layout
 from kvhit.errors import BadInput, Unsupported
 from kvhit.model.spec import Kind, fine_query, longest_hit, window_before
 
@@ -260,8 +261,6 @@ def pools(page: int, window: bool, mamba: bool) -> tuple[list[str], str]:
 def lookup_file(saved: SavedLookup) -> str:
     """The pytest file of a saved lookup; :class:`BadInput` if SGLang's tree cannot
     hold the query (the ``sglang`` target's reason)."""
-    from kvhit.engines.sglang.target import layout  # imports SGLang: only when used
-
     fine = fine_query(saved.query)
     try:
         lay = layout(fine)
