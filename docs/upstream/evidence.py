@@ -1,0 +1,522 @@
+"""The patch for each vLLM bug class in docs/upstream/, and the evidence that it fixes it.
+
+Each :class:`Fix` names a class kvhit found in vLLM's prefix-cache lookup (a bug, not
+one of the conventions docs/findings-vllm.md lists), the newest release that has it,
+its patch (touching only ``vllm/v1/core/kv_cache_coordinator.py`` and
+``single_type_kv_cache_manager.py``), the class's scope and documented example.
+
+Run from the repository root in a vLLM environment (scripts/install-vllm.sh)::
+
+    python docs/upstream/evidence.py CLASS [--random-seconds 300] [--stateful-seconds 120]
+
+It copies the release folder, applies the patch with ``patch -p1`` and gathers the
+evidence with kvhit's own commands, each under ``PYTHONPATH=<copy>``, against the
+patched copy and against the release as shipped:
+
+- (a) the class's example exported with ``kvhit export`` as a pytest file in vLLM's
+  terms, run under each;
+- (b) ``kvhit gate`` on the matrix's cases (every state of the small scopes, the
+  solver corpus, 5,000 random cases, seed 0), a random campaign (``kvhit fuzz``) and a
+  stateful one (``kvhit fuzz --stateful``), each against :func:`in_class` (or
+  :func:`stateful_in_class`): vLLM asked only the queries inside the class's scope and
+  outside every other documented class of the release, so that any disagreement is
+  one the class explains; and ``kvhit matrix`` (target ``vllm``) for what else remains;
+- (c) ``kvhit fuzz --every-state`` over :attr:`Fix.every_state`, bounded scopes inside
+  the class (every cache state of those groups and limits).
+
+The figures go to ``docs/upstream/evidence/CLASS.json`` and are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from math import gcd
+from pathlib import Path
+from typing import Any
+
+from kvhit.engines.vllm.divergences import (
+    DIVERGENCES,
+    Divergence,
+    chunk_off_blocks,
+    eagle_in_hybrid,
+    eagle_window_off_alignment,
+    eagle_windows,
+    in_release,
+    lone_eagle,
+    release_key,
+    sw,
+)
+from kvhit.errors import Unsupported
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Drafter, Kind, Query
+
+HERE = Path(__file__).resolve().parent
+CLASS_ENV = "KVHIT_UPSTREAM_CLASS"
+"""The environment variable naming the class :func:`in_class` asks vLLM about."""
+MATRIX_CASES = 5000
+"""Random cases after the scopes and the corpus, as docs/findings-vllm.md's matrix."""
+
+
+def partial_hits_beside_block_lookups(q: Query) -> bool:
+    """vLLM 0.26-0.27 turns partial hash hits on (a Mamba group whose block is larger
+    than the hash block size: the query's hash unit, else the gcd of the block sizes)
+    beside a sliding window or chunked local group whose block is not the hash block
+    size, a manager that only looks blocks up whole."""
+    h = q.hash_unit or gcd(*(g.block_size for g in q.groups))
+    partial = any(g.kind == Kind.MAMBA and g.block_size > h for g in q.groups)
+    whole = any(
+        g.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL) and g.block_size != h
+        for g in q.groups
+    )
+    return partial and whole
+
+
+def mamba_first_with_lookahead(q: Query) -> bool:
+    """vLLM 0.33-0.34 with lookahead block hashes (a ``lookahead`` drafter, La ≥ 1) and
+    a Mamba group but no full attention group, so that a group other than full
+    attention is looked up first, at a bound past the request's hashed blocks."""
+    lookahead = any(g.drafter == Drafter.LOOKAHEAD and g.lookahead >= 1 for g in q.groups)
+    mamba = any(g.kind == Kind.MAMBA for g in q.groups)
+    return lookahead and mamba and not any(g.kind == Kind.FULL for g in q.groups)
+
+
+def divergence(name: str) -> Divergence:
+    """The documented divergence called ``name``."""
+    return next(d for d in DIVERGENCES if d.name == name)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A vLLM bug class and its patch against the newest release that has it."""
+
+    key: str
+    title: str
+    patch: str
+    release: str
+    first: str
+    scope: Callable[[Query], bool]
+    example: dict[str, Any]
+    kinds: str
+    every_state: tuple[dict[str, Any], ...]
+    documented: str | None = None
+    stateful: bool = True
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def patch_path(self) -> Path:
+        """The patch file."""
+        return HERE / self.patch
+
+    @property
+    def query(self) -> Query:
+        """The example, parsed."""
+        return parse_query(self.example)
+
+    def others(self, release: str) -> list[Divergence]:
+        """The documented divergences of ``release`` other than this class."""
+        return [d for d in in_release(release) if d.name != self.documented]
+
+    def asks(self, q: Query, release: str) -> bool:
+        """Whether :func:`in_class` asks vLLM ``q``: inside this class's scope and
+        outside the scope of every other documented class of ``release``."""
+        if not self.scope(q):
+            return False
+        mine = {d.scope for d in in_release(release) if d.name == self.documented}
+        return not any(d.scope(q) for d in self.others(release) if d.scope not in mine)
+
+
+def example_of(name: str) -> dict[str, Any]:
+    """The example of the documented divergence ``name``."""
+    return divergence(name).example
+
+
+EAGLE_RECHECK = "eagle drop not re-checked after another eagle group lowers the hit"
+MARGIN_ONCE = "eagle lookup not widened by the margin, and the drop repeated on every pass"
+CHUNK_START = "chunk start taken from the lookup bound, rounded down to a block"
+WINDOW_ALIGN = "eagle window prefix run aligned before the drop"
+UNITARY = "unitary coordinator: eagle lookup capped at max_length"
+
+FIXES = (
+    Fix(
+        "1",
+        EAGLE_RECHECK,
+        "1-eagle-drop-recheck.patch",
+        "0.34.0",
+        "0.20.0",
+        eagle_windows,
+        example_of(EAGLE_RECHECK),
+        "sliding_window,eagle",
+        (
+            {"groups": [sw(2, eagle=True), sw(3, eagle=True)], "cached": ["", ""],
+             "max_length": 5, "num_tokens": 7},
+            {"groups": [sw(3, 2, eagle=True), sw(5, 2, eagle=True), {"kind": "full", "block_size": 2}],
+             "cached": ["", "", ""], "max_length": 6, "num_tokens": 9},
+        ),
+        documented=EAGLE_RECHECK,
+    ),
+    Fix(
+        "1a",
+        MARGIN_ONCE,
+        "1a-eagle-margin-once.patch",
+        "0.19.0",
+        "0.14.0",
+        eagle_in_hybrid,
+        example_of(MARGIN_ONCE),
+        "full,sliding_window,mamba,eagle",
+        (
+            {"groups": [sw(4, eagle=True), {"kind": "mamba", "block_size": 1}],
+             "cached": ["", ""], "max_length": 5, "num_tokens": 7},
+            {"groups": [sw(2, eagle=True), sw(3, eagle=True), {"kind": "full", "block_size": 1, "eagle": True}],
+             "cached": ["", "", ""], "max_length": 4, "num_tokens": 6},
+        ),
+        documented=MARGIN_ONCE,
+    ),
+    Fix(
+        "2",
+        CHUNK_START,
+        "2-chunk-start.patch",
+        "0.34.0",
+        "0.14.0",
+        chunk_off_blocks,
+        example_of(CHUNK_START),
+        "chunked_local,full,sliding_window",
+        (
+            {"groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 3}],
+             "cached": [""], "max_length": 15},
+            {"groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 5},
+                        {"kind": "full", "block_size": 2}],
+             "cached": ["", ""], "max_length": 13},
+            {"groups": [{"kind": "chunked_local", "block_size": 3, "chunk": 4}],
+             "cached": [""], "max_length": 20},
+        ),
+        documented=CHUNK_START,
+    ),
+    Fix(
+        "3",
+        WINDOW_ALIGN,
+        "3-eagle-window-align.patch",
+        "0.34.0",
+        "0.20.0",
+        eagle_window_off_alignment,
+        example_of(WINDOW_ALIGN),
+        "full,sliding_window,eagle",
+        (
+            {"groups": [sw(4, eagle=True), {"kind": "full", "block_size": 2}],
+             "cached": ["", ""], "max_length": 8, "num_tokens": 11},
+            {"groups": [sw(6, eagle=True), {"kind": "full", "block_size": 3}],
+             "cached": ["", ""], "max_length": 9, "num_tokens": 12},
+        ),
+        documented=WINDOW_ALIGN,
+    ),
+    Fix(
+        "4",
+        UNITARY,
+        "4-unitary-eagle-margin.patch",
+        "0.34.0",
+        "0.14.0",
+        lone_eagle,
+        example_of(UNITARY),
+        "full,sliding_window,eagle",
+        (
+            {"groups": [{"kind": "full", "block_size": 2, "eagle": True}],
+             "cached": [""], "max_length": 21, "num_tokens": 24},
+            {"groups": [sw(5, 2, eagle=True)], "cached": [""], "max_length": 21,
+             "num_tokens": 24},
+            {"groups": [sw(2, 1, eagle=True)], "cached": [""], "max_length": 18,
+             "num_tokens": 20},
+        ),
+        documented=UNITARY,
+    ),
+    Fix(
+        "7",
+        "SlidingWindowManager asserts on partial hash hits",
+        "7-partial-hits-sliding-window.patch",
+        "0.27.0",
+        "0.26.0",
+        partial_hits_beside_block_lookups,
+        {
+            "groups": [sw(1), {"kind": "mamba", "block_size": 2}, sw(1, 2)],
+            "cached": ["11", "1", "1"],
+            "max_length": 2,
+        },
+        "full,sliding_window,mamba,hash_unit",
+        (
+            {"groups": [sw(3), {"kind": "mamba", "block_size": 2}, sw(3, 2)],
+             "cached": ["", "", ""], "max_length": 6},
+            {"groups": [{"kind": "full", "block_size": 1}, {"kind": "mamba", "block_size": 2},
+                        sw(4, 2)],
+             "cached": ["", "", ""], "max_length": 6},
+        ),
+        stateful=False,
+        notes=(
+            "The stateful target refuses every configuration of this class: it refuses "
+            "managers whose coordinator turns partial hash hits on.",
+        ),
+    ),
+    Fix(
+        "mamba-lookahead",
+        "MambaManager reads block hashes past the lookahead-shortened list",
+        "mamba-lookahead-hashes.patch",
+        "0.34.0",
+        "0.33.0",
+        mamba_first_with_lookahead,
+        {
+            "groups": [
+                {"kind": "mamba", "block_size": 1},
+                {"kind": "sliding_window", "block_size": 1, "window": 2,
+                 "drafter": "lookahead", "lookahead": 2},
+            ],
+            "cached": ["11111", "11111"],
+            "max_length": 4,
+        },
+        "sliding_window,mamba,drafter",
+        (
+            {"groups": [{"kind": "mamba", "block_size": 1, "drafter": "lookahead", "lookahead": 2}],
+             "cached": [""], "max_length": 9, "num_tokens": 10},
+            {"groups": [{"kind": "mamba", "block_size": 2},
+                        {"kind": "sliding_window", "block_size": 2, "window": 3,
+                         "drafter": "lookahead", "lookahead": 3}],
+             "cached": ["", ""], "max_length": 9, "num_tokens": 10},
+        ),
+    ),
+)
+"""Every vLLM bug class kvhit names, with its patch."""
+
+
+def fix_named(key: str) -> Fix:
+    """The fix of class ``key``; KeyError naming the classes if there is none."""
+    for fix in FIXES:
+        if fix.key == key:
+            return fix
+    raise KeyError(f"no class {key!r}; the classes: {', '.join(f.key for f in FIXES)}")
+
+
+def chosen() -> Fix:
+    """The fix :data:`CLASS_ENV` names."""
+    return fix_named(os.environ[CLASS_ENV])
+
+
+def in_class(query: dict[str, Any]) -> dict[str, Any]:
+    """A target: vLLM's answer to a query inside the chosen class (and no other
+    documented class of the installed release), else :class:`Unsupported`."""
+    from kvhit.engines.vllm.target import RELEASE, vllm_target
+
+    fix, q = chosen(), parse_query(query)
+    if not fix.asks(q, RELEASE.name):
+        raise Unsupported(f"outside class {fix.key} (or inside another documented class)")
+    return vllm_target(query)
+
+
+def stateful_in_class(config: dict[str, Any]) -> Any:
+    """A stateful target: vLLM's KVCacheManager for an engine whose groups and
+    alignment are inside the chosen class (and no other documented class), else
+    :class:`Unsupported` (the scopes read only the groups, the alignment and T)."""
+    from kvhit.engines.vllm.manager import VllmManagerEngine
+    from kvhit.engines.vllm.target import RELEASE
+    from kvhit.targets.stateful import Program
+
+    program = Program.from_json(config)
+    empty = Query(program.groups, tuple(() for _ in program.groups), 0, 1, program.alignment)
+    if not chosen().asks(empty, RELEASE.name):
+        raise Unsupported("outside the class (or inside another documented class)")
+    return VllmManagerEngine(config)
+
+
+def release_folder(release: str, root: Path) -> Path:
+    """The installed folder of ``release`` under ``root`` (it holds ``vllm/``)."""
+    return root / release
+
+
+def apply(patch: Path, folder: Path, fuzz: int = 0) -> subprocess.CompletedProcess[str]:
+    """``patch -p1`` inside ``folder``; the completed process (its output says why
+    when it fails). ``fuzz`` 0 applies only where every context line matches."""
+    return subprocess.run(
+        ["patch", "-p1", "--forward", "--batch", f"--fuzz={fuzz}", "-i", str(patch)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def patched_copy(fix: Fix, source: Path, into: Path, fuzz: int = 0) -> Path:
+    """A copy of the release folder ``source`` in ``into``/RELEASE with the fix's patch
+    applied; RuntimeError with patch's output if it does not apply. Unchanged files are
+    hard links (patch replaces the files it changes, the links stay intact)."""
+    folder = into / source.name
+    shutil.copytree(source, folder, copy_function=os.link, symlinks=True)
+    for name in ("kv_cache_coordinator.py", "single_type_kv_cache_manager.py"):
+        path = folder / "vllm" / "v1" / "core" / name
+        text = path.read_bytes()
+        path.unlink()
+        path.write_bytes(text)
+    done = apply(fix.patch_path, folder, fuzz)
+    if done.returncode != 0:
+        raise RuntimeError(f"{fix.patch} does not apply to {source}:\n{done.stdout}{done.stderr}")
+    return folder
+
+
+@dataclass
+class Runner:
+    """Runs kvhit under one vLLM folder (patched or not), class :data:`CLASS_ENV` set."""
+
+    fix: Fix
+    folder: Path
+    work: Path
+    label: str
+
+    def env(self) -> dict[str, str]:
+        """The environment: the folder first on the path, then this directory."""
+        path = os.pathsep.join([str(self.folder), str(HERE)])
+        return {**os.environ, "PYTHONPATH": path, CLASS_ENV: self.fix.key}
+
+    def run(self, *args: str) -> dict[str, Any]:
+        """``kvhit ARGS --json``: its exit code, seconds and JSON report."""
+        start = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "kvhit.cli", *args, "--json"],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        lines = done.stdout.strip().splitlines()
+        return {
+            "command": "kvhit " + " ".join(args),
+            "exit": done.returncode,
+            "seconds": round(time.monotonic() - start, 1),
+            "report": json.loads(lines[-1]) if lines else None,
+            "stderr": done.stderr[-2000:] if done.returncode not in (0, 1) else "",
+        }
+
+    def out(self, name: str) -> str:
+        """A folder for a run's counterexamples."""
+        return str(self.work / self.label / name)
+
+    def matrix_cases(self) -> dict[str, Any]:
+        """(b) the gate on the matrix's cases, vLLM asked only inside the class."""
+        return self.run(
+            "gate", "--target", "evidence:in_class", "--keep-going",
+            "--seconds", "86400", "--cases", str(MATRIX_CASES), "--seed", "0",
+            "--jobs", "1", "--out", self.out("gate"),
+        )
+
+    def random(self, seconds: int) -> dict[str, Any]:
+        """(b) a random campaign of ``seconds``, drawing the class's kinds."""
+        return self.run(
+            "fuzz", "--target", "evidence:in_class", "--seconds", str(seconds),
+            "--kinds", self.fix.kinds, "--jobs", "1", "--out", self.out("fuzz"),
+        )
+
+    def stateful(self, seconds: int) -> dict[str, Any]:
+        """(b) a stateful campaign of ``seconds``."""
+        return self.run(
+            "fuzz", "--stateful", "--target", "evidence:stateful_in_class",
+            "--seconds", str(seconds), "--jobs", "1", "--out", self.out("stateful"),
+        )
+
+    def every_state(self) -> dict[str, Any]:
+        """(c) every cache state of the class's scopes."""
+        scopes = self.work / f"scopes-{self.fix.key}.json"
+        scopes.write_text(json.dumps(list(self.fix.every_state)))
+        return self.run(
+            "fuzz", "--every-state", str(scopes), "--target", "evidence:in_class",
+            "--jobs", "1", "--out", self.out("every-state"),
+        )
+
+    def matrix(self) -> dict[str, Any]:
+        """What else remains: ``kvhit matrix`` (target vllm) on this folder."""
+        return self.run(
+            "matrix", "--vllm", self.fix.release, "--releases-dir", str(self.folder.parent),
+            "--cases", str(MATRIX_CASES), "--jobs", "1", "--out", self.out("matrix"),
+        )
+
+    def exported(self) -> dict[str, Any]:
+        """(a) the class's example exported as a vLLM test, run with pytest."""
+        example = self.work / f"example-{self.fix.key}.json"
+        example.write_text(json.dumps(self.fix.example))
+        test = self.work / self.label / f"test_upstream_{self.fix.key.replace('-', '_')}.py"
+        test.parent.mkdir(parents=True, exist_ok=True)
+        made = subprocess.run(
+            [sys.executable, "-m", "kvhit.cli", "export", str(example), "--engine", "vllm",
+             "-o", str(test)],
+            env=self.env(), capture_output=True, text=True, check=False,
+        )
+        if made.returncode != 0:
+            return {"command": "kvhit export", "exit": made.returncode, "summary": [made.stderr]}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return {"command": f"pytest {test.name}", "exit": done.returncode,
+                "summary": done.stdout.strip().splitlines()[-1:]}
+
+
+STEPS = ("exported", "matrix_cases", "every_state", "random", "stateful", "matrix")
+
+
+def gather(fix: Fix, root: Path, steps: tuple[str, ...], seconds: dict[str, int]) -> dict[str, Any]:
+    """Every step of the evidence, against the patched copy and the release as shipped."""
+    figures: dict[str, Any] = {"class": fix.key, "release": fix.release, "patch": fix.patch}
+    with tempfile.TemporaryDirectory(prefix=f"upstream-{fix.key}-") as tmp:
+        work = Path(tmp)
+        shipped = release_folder(fix.release, root)
+        patched = patched_copy(fix, shipped, work / "patched")
+        for label, folder in (("patched", patched), ("shipped", shipped)):
+            runner = Runner(fix, folder, work, label)
+            figures[label] = {}
+            for step in steps:
+                if step in ("random", "stateful") and label == "shipped":
+                    continue  # the campaigns run once, on the patched copy
+                if step == "stateful" and not fix.stateful:
+                    continue
+                if step == "matrix" and label == "shipped":
+                    continue  # docs/findings-vllm.md has the release's own matrix
+                call = getattr(runner, step)
+                result = call(seconds[step]) if step in seconds else call()
+                figures[label][step] = result
+                print(f"{fix.key} {label} {step}: {summary(result)}", flush=True)
+    return figures
+
+
+def summary(result: dict[str, Any]) -> str:
+    """One line: exit code, seconds and counts."""
+    report = result.get("report") or {}
+    counts = report.get("counts") or report.get("summary") or result.get("summary")
+    return f"exit {result['exit']} in {result.get('seconds', '?')} s: {counts}"
+
+
+def main() -> None:
+    """Gather the evidence for the classes named on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("classes", nargs="+", help=", ".join(f.key for f in FIXES))
+    parser.add_argument("--releases-dir", default=str(Path(sys.prefix) / "vllm"))
+    parser.add_argument("--random-seconds", type=int, default=300)
+    parser.add_argument("--stateful-seconds", type=int, default=120)
+    parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--save", action="store_true", help="write evidence/CLASS.json")
+    args = parser.parse_args()
+    seconds = {"random": args.random_seconds, "stateful": args.stateful_seconds}
+    for key in args.classes:
+        fix = fix_named(key)
+        figures = gather(fix, Path(args.releases_dir), tuple(args.steps.split(",")), seconds)
+        if args.save:
+            out = HERE / "evidence" / f"{fix.key}.json"
+            out.parent.mkdir(exist_ok=True)
+            out.write_text(json.dumps(figures, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
