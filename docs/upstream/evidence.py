@@ -43,6 +43,8 @@ from math import gcd
 from pathlib import Path
 from typing import Any
 
+from kvhit.engines.vllm.manager import VllmManagerEngine
+from kvhit.engines.vllm.target import RELEASE, vllm_target
 from kvhit.engines.vllm.divergences import (
     DIVERGENCES,
     Divergence,
@@ -58,6 +60,7 @@ from kvhit.engines.vllm.divergences import (
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Kind, Query
+from kvhit.targets.stateful import Program
 
 HERE = Path(__file__).resolve().parent
 CLASS_ENV = "KVHIT_UPSTREAM_CLASS"
@@ -176,7 +179,7 @@ FIXES = (
             {"groups": [sw(4, eagle=True), {"kind": "mamba", "block_size": 1}],
              "cached": ["", ""], "max_length": 5, "num_tokens": 7},
             {"groups": [sw(2, eagle=True), sw(3, eagle=True), {"kind": "full", "block_size": 1, "eagle": True}],
-             "cached": ["", "", ""], "max_length": 4, "num_tokens": 6},
+             "cached": ["", "", ""], "max_length": 3, "num_tokens": 5},
         ),
         documented=MARGIN_ONCE,
     ),
@@ -191,12 +194,12 @@ FIXES = (
         "chunked_local,full,sliding_window",
         (
             {"groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 3}],
-             "cached": [""], "max_length": 15},
+             "cached": [""], "max_length": 21},
             {"groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 5},
                         {"kind": "full", "block_size": 2}],
              "cached": ["", ""], "max_length": 13},
             {"groups": [{"kind": "chunked_local", "block_size": 3, "chunk": 4}],
-             "cached": [""], "max_length": 20},
+             "cached": [""], "max_length": 30},
         ),
         documented=CHUNK_START,
     ),
@@ -231,8 +234,8 @@ FIXES = (
              "cached": [""], "max_length": 21, "num_tokens": 24},
             {"groups": [sw(5, 2, eagle=True)], "cached": [""], "max_length": 21,
              "num_tokens": 24},
-            {"groups": [sw(2, 1, eagle=True)], "cached": [""], "max_length": 18,
-             "num_tokens": 20},
+            {"groups": [sw(2, 1, eagle=True)], "cached": [""], "max_length": 10,
+             "num_tokens": 12},
         ),
         documented=UNITARY,
     ),
@@ -244,9 +247,10 @@ FIXES = (
         "0.26.0",
         partial_hits_beside_block_lookups,
         {
-            "groups": [sw(1), {"kind": "mamba", "block_size": 2}, sw(1, 2)],
-            "cached": ["11", "1", "1"],
-            "max_length": 2,
+            "groups": [sw(2), {"kind": "mamba", "block_size": 2}, sw(2, 2)],
+            "cached": ["111", "11", "11"],
+            "max_length": 3,
+            "hash_unit": 1,
         },
         "full,sliding_window,mamba,hash_unit",
         (
@@ -271,21 +275,25 @@ FIXES = (
         mamba_first_with_lookahead,
         {
             "groups": [
-                {"kind": "mamba", "block_size": 1},
-                {"kind": "sliding_window", "block_size": 1, "window": 2,
+                {"kind": "mamba", "block_size": 2},
+                {"kind": "sliding_window", "block_size": 2, "window": 2,
                  "drafter": "lookahead", "lookahead": 2},
             ],
-            "cached": ["11111", "11111"],
+            "cached": ["11", "11"],
             "max_length": 4,
         },
         "sliding_window,mamba,drafter",
         (
-            {"groups": [{"kind": "mamba", "block_size": 1, "drafter": "lookahead", "lookahead": 2}],
-             "cached": [""], "max_length": 9, "num_tokens": 10},
+            {"groups": [{"kind": "mamba", "block_size": 2, "drafter": "lookahead", "lookahead": 2}],
+             "cached": [""], "max_length": 21, "num_tokens": 22},
             {"groups": [{"kind": "mamba", "block_size": 2},
                         {"kind": "sliding_window", "block_size": 2, "window": 3,
-                         "drafter": "lookahead", "lookahead": 3}],
+                         "drafter": "lookahead", "lookahead": 2}],
              "cached": ["", ""], "max_length": 9, "num_tokens": 10},
+            {"groups": [{"kind": "mamba", "block_size": 4},
+                        {"kind": "sliding_window", "block_size": 2, "window": 5,
+                         "drafter": "lookahead", "lookahead": 3}],
+             "cached": ["", ""], "max_length": 11, "num_tokens": 12},
         ),
     ),
 )
@@ -308,8 +316,6 @@ def chosen() -> Fix:
 def in_class(query: dict[str, Any]) -> dict[str, Any]:
     """A target: vLLM's answer to a query inside the chosen class (and no other
     documented class of the installed release), else :class:`Unsupported`."""
-    from kvhit.engines.vllm.target import RELEASE, vllm_target
-
     fix, q = chosen(), parse_query(query)
     if not fix.asks(q, RELEASE.name):
         raise Unsupported(f"outside class {fix.key} (or inside another documented class)")
@@ -320,10 +326,6 @@ def stateful_in_class(config: dict[str, Any]) -> Any:
     """A stateful target: vLLM's KVCacheManager for an engine whose groups and
     alignment are inside the chosen class (and no other documented class), else
     :class:`Unsupported` (the scopes read only the groups, the alignment and T)."""
-    from kvhit.engines.vllm.manager import VllmManagerEngine
-    from kvhit.engines.vllm.target import RELEASE
-    from kvhit.targets.stateful import Program
-
     program = Program.from_json(config)
     empty = Query(program.groups, tuple(() for _ in program.groups), 0, 1, program.alignment)
     if not chosen().asks(empty, RELEASE.name):
@@ -427,7 +429,7 @@ class Runner:
     def every_state(self) -> dict[str, Any]:
         """(c) every cache state of the class's scopes."""
         scopes = self.work / f"scopes-{self.fix.key}.json"
-        scopes.write_text(json.dumps(list(self.fix.every_state)))
+        scopes.write_text("".join(json.dumps(q) + "\n" for q in self.fix.every_state))
         return self.run(
             "fuzz", "--every-state", str(scopes), "--target", "evidence:in_class",
             "--jobs", "1", "--out", self.out("every-state"),
