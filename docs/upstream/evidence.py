@@ -83,13 +83,12 @@ def partial_hits_beside_block_lookups(q: Query) -> bool:
     return partial and whole
 
 
-def mamba_first_with_lookahead(q: Query) -> bool:
+def lookahead_without_full(q: Query) -> bool:
     """vLLM 0.33-0.34 with lookahead block hashes (a ``lookahead`` drafter, La ≥ 1) and
-    a Mamba group but no full attention group, so that a group other than full
-    attention is looked up first, at a bound past the request's hashed blocks."""
+    no full attention group: a sliding window, chunked local or Mamba group is looked
+    up first, at a bound past the request's hashed blocks, and indexes them."""
     lookahead = any(g.drafter == Drafter.LOOKAHEAD and g.lookahead >= 1 for g in q.groups)
-    mamba = any(g.kind == Kind.MAMBA for g in q.groups)
-    return lookahead and mamba and not any(g.kind == Kind.FULL for g in q.groups)
+    return lookahead and not any(g.kind == Kind.FULL for g in q.groups)
 
 
 def divergence(name: str) -> Divergence:
@@ -124,17 +123,21 @@ class Fix:
         """The example, parsed."""
         return parse_query(self.example)
 
-    def others(self, release: str) -> list[Divergence]:
-        """The documented divergences of ``release`` other than this class."""
-        return [d for d in in_release(release) if d.name != self.documented]
+    def in_release(self, release: str) -> bool:
+        """Whether ``release`` has this class."""
+        return release_key(self.first) <= release_key(release) <= release_key(self.release)
 
     def asks(self, q: Query, release: str) -> bool:
         """Whether :func:`in_class` asks vLLM ``q``: inside this class's scope and
-        outside the scope of every other documented class of ``release``."""
+        outside the scope of every other class of ``release``, documented
+        (:mod:`kvhit.engines.vllm.divergences`) or here (:data:`FIXES`)."""
         if not self.scope(q):
             return False
         mine = {d.scope for d in in_release(release) if d.name == self.documented}
-        return not any(d.scope(q) for d in self.others(release) if d.scope not in mine)
+        others = [d.scope for d in in_release(release) if d.scope not in mine] + [
+            f.scope for f in FIXES if f is not self and f.in_release(release)
+        ]
+        return not any(scope(q) for scope in others)
 
 
 def example_of(name: str) -> dict[str, Any]:
@@ -267,12 +270,12 @@ FIXES = (
         ),
     ),
     Fix(
-        "mamba-lookahead",
-        "MambaManager reads block hashes past the lookahead-shortened list",
-        "mamba-lookahead-hashes.patch",
+        "lookahead-hashes",
+        "lookups read block hashes past the lookahead-shortened list (IndexError)",
+        "lookahead-hashes.patch",
         "0.34.0",
         "0.33.0",
-        mamba_first_with_lookahead,
+        lookahead_without_full,
         {
             "groups": [
                 {"kind": "mamba", "block_size": 2},
@@ -282,18 +285,18 @@ FIXES = (
             "cached": ["11", "11"],
             "max_length": 4,
         },
-        "sliding_window,mamba,drafter",
+        "sliding_window,chunked_local,mamba,drafter",
         (
             {"groups": [{"kind": "mamba", "block_size": 2, "drafter": "lookahead", "lookahead": 2}],
-             "cached": [""], "max_length": 21, "num_tokens": 22},
+             "cached": [""], "max_length": 20, "num_tokens": 21},
+            {"groups": [sw(3, 2) | {"drafter": "lookahead", "lookahead": 2}],
+             "cached": [""], "max_length": 20, "num_tokens": 21},
             {"groups": [{"kind": "mamba", "block_size": 2},
-                        {"kind": "sliding_window", "block_size": 2, "window": 3,
-                         "drafter": "lookahead", "lookahead": 2}],
-             "cached": ["", ""], "max_length": 9, "num_tokens": 10},
+                        sw(3, 2) | {"drafter": "lookahead", "lookahead": 2}],
+             "cached": ["", ""], "max_length": 10, "num_tokens": 11},
             {"groups": [{"kind": "mamba", "block_size": 4},
-                        {"kind": "sliding_window", "block_size": 2, "window": 5,
-                         "drafter": "lookahead", "lookahead": 3}],
-             "cached": ["", ""], "max_length": 11, "num_tokens": 12},
+                        sw(5, 2) | {"drafter": "lookahead", "lookahead": 3}],
+             "cached": ["", ""], "max_length": 12, "num_tokens": 13},
         ),
     ),
 )
