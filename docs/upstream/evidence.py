@@ -43,8 +43,6 @@ from math import gcd
 from pathlib import Path
 from typing import Any
 
-from kvhit.engines.vllm.manager import VllmManagerEngine
-from kvhit.engines.vllm.target import RELEASE, vllm_target
 from kvhit.engines.vllm.divergences import (
     DIVERGENCES,
     Divergence,
@@ -57,6 +55,8 @@ from kvhit.engines.vllm.divergences import (
     release_key,
     sw,
 )
+from kvhit.engines.vllm.manager import VllmManagerEngine
+from kvhit.engines.vllm.target import RELEASE, vllm_target
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Kind, Query
@@ -77,8 +77,7 @@ def partial_hits_beside_block_lookups(q: Query) -> bool:
     h = q.hash_unit or gcd(*(g.block_size for g in q.groups))
     partial = any(g.kind == Kind.MAMBA and g.block_size > h for g in q.groups)
     whole = any(
-        g.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL) and g.block_size != h
-        for g in q.groups
+        g.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL) and g.block_size != h for g in q.groups
     )
     return partial and whole
 
@@ -162,10 +161,22 @@ FIXES = (
         example_of(EAGLE_RECHECK),
         "sliding_window,eagle",
         (
-            {"groups": [sw(2, eagle=True), sw(3, eagle=True)], "cached": ["", ""],
-             "max_length": 5, "num_tokens": 7},
-            {"groups": [sw(3, 2, eagle=True), sw(5, 2, eagle=True), {"kind": "full", "block_size": 2}],
-             "cached": ["", "", ""], "max_length": 6, "num_tokens": 9},
+            {
+                "groups": [sw(2, eagle=True), sw(3, eagle=True)],
+                "cached": ["", ""],
+                "max_length": 5,
+                "num_tokens": 7,
+            },
+            {
+                "groups": [
+                    sw(3, 2, eagle=True),
+                    sw(5, 2, eagle=True),
+                    {"kind": "full", "block_size": 2},
+                ],
+                "cached": ["", "", ""],
+                "max_length": 6,
+                "num_tokens": 9,
+            },
         ),
         documented=EAGLE_RECHECK,
     ),
@@ -179,10 +190,22 @@ FIXES = (
         example_of(MARGIN_ONCE),
         "full,sliding_window,mamba,eagle",
         (
-            {"groups": [sw(4, eagle=True), {"kind": "mamba", "block_size": 1}],
-             "cached": ["", ""], "max_length": 5, "num_tokens": 7},
-            {"groups": [sw(2, eagle=True), sw(3, eagle=True), {"kind": "full", "block_size": 1, "eagle": True}],
-             "cached": ["", "", ""], "max_length": 3, "num_tokens": 5},
+            {
+                "groups": [sw(4, eagle=True), {"kind": "mamba", "block_size": 1}],
+                "cached": ["", ""],
+                "max_length": 5,
+                "num_tokens": 7,
+            },
+            {
+                "groups": [
+                    sw(2, eagle=True),
+                    sw(3, eagle=True),
+                    {"kind": "full", "block_size": 1, "eagle": True},
+                ],
+                "cached": ["", "", ""],
+                "max_length": 3,
+                "num_tokens": 5,
+            },
         ),
         documented=MARGIN_ONCE,
     ),
@@ -196,13 +219,24 @@ FIXES = (
         example_of(CHUNK_START),
         "chunked_local,full,sliding_window",
         (
-            {"groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 3}],
-             "cached": [""], "max_length": 21},
-            {"groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 5},
-                        {"kind": "full", "block_size": 2}],
-             "cached": ["", ""], "max_length": 13},
-            {"groups": [{"kind": "chunked_local", "block_size": 3, "chunk": 4}],
-             "cached": [""], "max_length": 30},
+            {
+                "groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 3}],
+                "cached": [""],
+                "max_length": 21,
+            },
+            {
+                "groups": [
+                    {"kind": "chunked_local", "block_size": 2, "chunk": 5},
+                    {"kind": "full", "block_size": 2},
+                ],
+                "cached": ["", ""],
+                "max_length": 13,
+            },
+            {
+                "groups": [{"kind": "chunked_local", "block_size": 3, "chunk": 4}],
+                "cached": [""],
+                "max_length": 30,
+            },
         ),
         documented=CHUNK_START,
     ),
@@ -216,10 +250,18 @@ FIXES = (
         example_of(WINDOW_ALIGN),
         "full,sliding_window,eagle",
         (
-            {"groups": [sw(4, eagle=True), {"kind": "full", "block_size": 2}],
-             "cached": ["", ""], "max_length": 8, "num_tokens": 11},
-            {"groups": [sw(6, eagle=True), {"kind": "full", "block_size": 3}],
-             "cached": ["", ""], "max_length": 9, "num_tokens": 12},
+            {
+                "groups": [sw(4, eagle=True), {"kind": "full", "block_size": 2}],
+                "cached": ["", ""],
+                "max_length": 8,
+                "num_tokens": 11,
+            },
+            {
+                "groups": [sw(6, eagle=True), {"kind": "full", "block_size": 3}],
+                "cached": ["", ""],
+                "max_length": 9,
+                "num_tokens": 12,
+            },
         ),
         documented=WINDOW_ALIGN,
     ),
@@ -233,12 +275,14 @@ FIXES = (
         example_of(UNITARY),
         "full,sliding_window,eagle",
         (
-            {"groups": [{"kind": "full", "block_size": 2, "eagle": True}],
-             "cached": [""], "max_length": 21, "num_tokens": 24},
-            {"groups": [sw(5, 2, eagle=True)], "cached": [""], "max_length": 21,
-             "num_tokens": 24},
-            {"groups": [sw(2, 1, eagle=True)], "cached": [""], "max_length": 10,
-             "num_tokens": 12},
+            {
+                "groups": [{"kind": "full", "block_size": 2, "eagle": True}],
+                "cached": [""],
+                "max_length": 21,
+                "num_tokens": 24,
+            },
+            {"groups": [sw(5, 2, eagle=True)], "cached": [""], "max_length": 21, "num_tokens": 24},
+            {"groups": [sw(2, 1, eagle=True)], "cached": [""], "max_length": 10, "num_tokens": 12},
         ),
         documented=UNITARY,
     ),
@@ -257,11 +301,20 @@ FIXES = (
         },
         "full,sliding_window,mamba,hash_unit",
         (
-            {"groups": [sw(3), {"kind": "mamba", "block_size": 2}, sw(3, 2)],
-             "cached": ["", "", ""], "max_length": 6},
-            {"groups": [{"kind": "full", "block_size": 1}, {"kind": "mamba", "block_size": 2},
-                        sw(4, 2)],
-             "cached": ["", "", ""], "max_length": 6},
+            {
+                "groups": [sw(3), {"kind": "mamba", "block_size": 2}, sw(3, 2)],
+                "cached": ["", "", ""],
+                "max_length": 6,
+            },
+            {
+                "groups": [
+                    {"kind": "full", "block_size": 1},
+                    {"kind": "mamba", "block_size": 2},
+                    sw(4, 2),
+                ],
+                "cached": ["", "", ""],
+                "max_length": 6,
+            },
         ),
         stateful=False,
         notes=(
@@ -279,24 +332,51 @@ FIXES = (
         {
             "groups": [
                 {"kind": "mamba", "block_size": 2},
-                {"kind": "sliding_window", "block_size": 2, "window": 2,
-                 "drafter": "lookahead", "lookahead": 2},
+                {
+                    "kind": "sliding_window",
+                    "block_size": 2,
+                    "window": 2,
+                    "drafter": "lookahead",
+                    "lookahead": 2,
+                },
             ],
             "cached": ["11", "11"],
             "max_length": 4,
         },
         "sliding_window,chunked_local,mamba,drafter",
         (
-            {"groups": [{"kind": "mamba", "block_size": 2, "drafter": "lookahead", "lookahead": 2}],
-             "cached": [""], "max_length": 20, "num_tokens": 21},
-            {"groups": [sw(3, 2) | {"drafter": "lookahead", "lookahead": 2}],
-             "cached": [""], "max_length": 20, "num_tokens": 21},
-            {"groups": [{"kind": "mamba", "block_size": 2},
-                        sw(3, 2) | {"drafter": "lookahead", "lookahead": 2}],
-             "cached": ["", ""], "max_length": 10, "num_tokens": 11},
-            {"groups": [{"kind": "mamba", "block_size": 4},
-                        sw(5, 2) | {"drafter": "lookahead", "lookahead": 3}],
-             "cached": ["", ""], "max_length": 12, "num_tokens": 13},
+            {
+                "groups": [
+                    {"kind": "mamba", "block_size": 2, "drafter": "lookahead", "lookahead": 2}
+                ],
+                "cached": [""],
+                "max_length": 20,
+                "num_tokens": 21,
+            },
+            {
+                "groups": [sw(3, 2) | {"drafter": "lookahead", "lookahead": 2}],
+                "cached": [""],
+                "max_length": 20,
+                "num_tokens": 21,
+            },
+            {
+                "groups": [
+                    {"kind": "mamba", "block_size": 2},
+                    sw(3, 2) | {"drafter": "lookahead", "lookahead": 2},
+                ],
+                "cached": ["", ""],
+                "max_length": 10,
+                "num_tokens": 11,
+            },
+            {
+                "groups": [
+                    {"kind": "mamba", "block_size": 4},
+                    sw(5, 2) | {"drafter": "lookahead", "lookahead": 3},
+                ],
+                "cached": ["", ""],
+                "max_length": 12,
+                "num_tokens": 13,
+            },
         ),
     ),
 )
@@ -410,23 +490,51 @@ class Runner:
     def matrix_cases(self) -> dict[str, Any]:
         """(b) the gate on the matrix's cases, vLLM asked only inside the class."""
         return self.run(
-            "gate", "--target", "evidence:in_class", "--keep-going",
-            "--seconds", "86400", "--cases", str(MATRIX_CASES), "--seed", "0",
-            "--jobs", "1", "--out", self.out("gate"),
+            "gate",
+            "--target",
+            "evidence:in_class",
+            "--keep-going",
+            "--seconds",
+            "86400",
+            "--cases",
+            str(MATRIX_CASES),
+            "--seed",
+            "0",
+            "--jobs",
+            "1",
+            "--out",
+            self.out("gate"),
         )
 
     def random(self, seconds: int) -> dict[str, Any]:
         """(b) a random campaign of ``seconds``, drawing the class's kinds."""
         return self.run(
-            "fuzz", "--target", "evidence:in_class", "--seconds", str(seconds),
-            "--kinds", self.fix.kinds, "--jobs", "1", "--out", self.out("fuzz"),
+            "fuzz",
+            "--target",
+            "evidence:in_class",
+            "--seconds",
+            str(seconds),
+            "--kinds",
+            self.fix.kinds,
+            "--jobs",
+            "1",
+            "--out",
+            self.out("fuzz"),
         )
 
     def stateful(self, seconds: int) -> dict[str, Any]:
         """(b) a stateful campaign of ``seconds``."""
         return self.run(
-            "fuzz", "--stateful", "--target", "evidence:stateful_in_class",
-            "--seconds", str(seconds), "--jobs", "1", "--out", self.out("stateful"),
+            "fuzz",
+            "--stateful",
+            "--target",
+            "evidence:stateful_in_class",
+            "--seconds",
+            str(seconds),
+            "--jobs",
+            "1",
+            "--out",
+            self.out("stateful"),
         )
 
     def every_state(self) -> dict[str, Any]:
@@ -434,15 +542,31 @@ class Runner:
         scopes = self.work / f"scopes-{self.fix.key}.json"
         scopes.write_text("".join(json.dumps(q) + "\n" for q in self.fix.every_state))
         return self.run(
-            "fuzz", "--every-state", str(scopes), "--target", "evidence:in_class",
-            "--jobs", "1", "--out", self.out("every-state"),
+            "fuzz",
+            "--every-state",
+            str(scopes),
+            "--target",
+            "evidence:in_class",
+            "--jobs",
+            "1",
+            "--out",
+            self.out("every-state"),
         )
 
     def matrix(self) -> dict[str, Any]:
         """What else remains: ``kvhit matrix`` (target vllm) on this folder."""
         return self.run(
-            "matrix", "--vllm", self.fix.release, "--releases-dir", str(self.folder.parent),
-            "--cases", str(MATRIX_CASES), "--jobs", "1", "--out", self.out("matrix"),
+            "matrix",
+            "--vllm",
+            self.fix.release,
+            "--releases-dir",
+            str(self.folder.parent),
+            "--cases",
+            str(MATRIX_CASES),
+            "--jobs",
+            "1",
+            "--out",
+            self.out("matrix"),
         )
 
     def exported(self) -> dict[str, Any]:
@@ -452,9 +576,21 @@ class Runner:
         test = self.work / self.label / f"test_upstream_{self.fix.key.replace('-', '_')}.py"
         test.parent.mkdir(parents=True, exist_ok=True)
         made = subprocess.run(
-            [sys.executable, "-m", "kvhit.cli", "export", str(example), "--engine", "vllm",
-             "-o", str(test)],
-            env=self.env(), capture_output=True, text=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "kvhit.cli",
+                "export",
+                str(example),
+                "--engine",
+                "vllm",
+                "-o",
+                str(test),
+            ],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if made.returncode != 0:
             return {"command": "kvhit export", "exit": made.returncode, "summary": [made.stderr]}
@@ -465,8 +601,11 @@ class Runner:
             text=True,
             check=False,
         )
-        return {"command": f"pytest {test.name}", "exit": done.returncode,
-                "summary": done.stdout.strip().splitlines()[-1:]}
+        return {
+            "command": f"pytest {test.name}",
+            "exit": done.returncode,
+            "summary": done.stdout.strip().splitlines()[-1:],
+        }
 
 
 STEPS = ("exported", "matrix_cases", "every_state", "random", "stateful", "matrix")
@@ -487,8 +626,6 @@ def gather(fix: Fix, root: Path, steps: tuple[str, ...], seconds: dict[str, int]
                     continue  # the campaigns run once, on the patched copy
                 if step == "stateful" and not fix.stateful:
                     continue
-                if step == "matrix" and label == "shipped":
-                    continue  # docs/findings-vllm.md has the release's own matrix
                 call = getattr(runner, step)
                 result = call(seconds[step]) if step in seconds else call()
                 figures[label][step] = result
@@ -496,10 +633,17 @@ def gather(fix: Fix, root: Path, steps: tuple[str, ...], seconds: dict[str, int]
     return figures
 
 
+def counts_of(result: dict[str, Any]) -> Any:
+    """The counts of a run's report (a matrix: its one row's)."""
+    report = result.get("report") or {}
+    if "rows" in report:
+        report = report["rows"][0]
+    return report.get("counts") or result.get("summary")
+
+
 def summary(result: dict[str, Any]) -> str:
     """One line: exit code, seconds and counts."""
-    report = result.get("report") or {}
-    counts = report.get("counts") or report.get("summary") or result.get("summary")
+    counts = counts_of(result)
     return f"exit {result['exit']} in {result.get('seconds', '?')} s: {counts}"
 
 
