@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
 from typing import Any
@@ -108,9 +108,9 @@ class Fix:
     example: dict[str, Any]
     kinds: str
     every_state: tuple[dict[str, Any], ...]
+    verdict: str
+    patched: str = "ok"
     documented: str | None = None
-    stateful: bool = True
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def patch_path(self) -> Path:
@@ -178,6 +178,7 @@ FIXES = (
                 "num_tokens": 9,
             },
         ),
+        "unsafe",
         documented=EAGLE_RECHECK,
     ),
     Fix(
@@ -207,6 +208,7 @@ FIXES = (
                 "num_tokens": 5,
             },
         ),
+        "lost_reuse",
         documented=MARGIN_ONCE,
     ),
     Fix(
@@ -238,6 +240,7 @@ FIXES = (
                 "max_length": 30,
             },
         ),
+        "unsafe",
         documented=CHUNK_START,
     ),
     Fix(
@@ -263,6 +266,7 @@ FIXES = (
                 "num_tokens": 12,
             },
         ),
+        "lost_reuse",
         documented=WINDOW_ALIGN,
     ),
     Fix(
@@ -284,6 +288,7 @@ FIXES = (
             {"groups": [sw(5, 2, eagle=True)], "cached": [""], "max_length": 21, "num_tokens": 24},
             {"groups": [sw(2, 1, eagle=True)], "cached": [""], "max_length": 10, "num_tokens": 12},
         ),
+        "lost_reuse",
         documented=UNITARY,
     ),
     Fix(
@@ -316,11 +321,8 @@ FIXES = (
                 "max_length": 6,
             },
         ),
-        stateful=False,
-        notes=(
-            "The stateful target refuses every configuration of this class: it refuses "
-            "managers whose coordinator turns partial hash hits on.",
-        ),
+        "crash",
+        patched="unsupported",
     ),
     Fix(
         "lookahead-hashes",
@@ -378,6 +380,7 @@ FIXES = (
                 "num_tokens": 13,
             },
         ),
+        "crash",
     ),
 )
 """Every vLLM bug class kvhit names, with its patch."""
@@ -611,21 +614,24 @@ class Runner:
 STEPS = ("exported", "matrix_cases", "every_state", "random", "stateful", "matrix")
 
 
-def gather(fix: Fix, root: Path, steps: tuple[str, ...], seconds: dict[str, int]) -> dict[str, Any]:
-    """Every step of the evidence, against the patched copy and the release as shipped."""
+def gather(
+    fix: Fix, root: Path, steps: tuple[str, ...], seconds: dict[str, int], copies: tuple[str, ...]
+) -> dict[str, Any]:
+    """The steps of the evidence, against the patched copy and the release as shipped
+    (``copies``: which of ``patched`` and ``shipped``)."""
     figures: dict[str, Any] = {"class": fix.key, "release": fix.release, "patch": fix.patch}
     with tempfile.TemporaryDirectory(prefix=f"upstream-{fix.key}-") as tmp:
         work = Path(tmp)
         shipped = release_folder(fix.release, root)
         patched = patched_copy(fix, shipped, work / "patched")
-        for label, folder in (("patched", patched), ("shipped", shipped)):
+        folders = {"patched": patched, "shipped": shipped}
+        for label in copies:
+            folder = folders[label]
             runner = Runner(fix, folder, work, label)
             figures[label] = {}
             for step in steps:
                 if step in ("random", "stateful") and label == "shipped":
                     continue  # the campaigns run once, on the patched copy
-                if step == "stateful" and not fix.stateful:
-                    continue
                 call = getattr(runner, step)
                 result = call(seconds[step]) if step in seconds else call()
                 figures[label][step] = result
@@ -655,14 +661,16 @@ def main() -> None:
     parser.add_argument("--random-seconds", type=int, default=300)
     parser.add_argument("--stateful-seconds", type=int, default=120)
     parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--copies", default="patched,shipped")
     parser.add_argument("--save", action="store_true", help="write evidence/CLASS.json")
     args = parser.parse_args()
     seconds = {"random": args.random_seconds, "stateful": args.stateful_seconds}
     for key in args.classes:
         fix = fix_named(key)
-        figures = gather(fix, Path(args.releases_dir), tuple(args.steps.split(",")), seconds)
+        steps, copies = tuple(args.steps.split(",")), tuple(args.copies.split(","))
+        figures = gather(fix, Path(args.releases_dir), steps, seconds, copies)
         if args.save:
-            out = HERE / "evidence" / f"{fix.key}.json"
+            out = HERE / "evidence" / f"{fix.key}-{'-'.join(copies)}.json"
             out.parent.mkdir(exist_ok=True)
             out.write_text(json.dumps(figures, indent=1) + "\n")
 
