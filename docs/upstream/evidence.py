@@ -436,10 +436,10 @@ def apply(patch: Path, folder: Path, fuzz: int = 0) -> subprocess.CompletedProce
     )
 
 
-def patched_copy(fix: Fix, source: Path, into: Path, fuzz: int = 0) -> Path:
-    """A copy of the release folder ``source`` in ``into``/RELEASE with the fix's patch
-    applied; RuntimeError with patch's output if it does not apply. Unchanged files are
-    hard links (patch replaces the files it changes, the links stay intact)."""
+def copy_release(source: Path, into: Path) -> Path:
+    """A copy of the release folder ``source`` as ``into``/RELEASE: hard links, but for
+    the two files the patches change (patch replaces a file it changes, so the links
+    would stay intact anyway)."""
     folder = into / source.name
     shutil.copytree(source, folder, copy_function=os.link, symlinks=True)
     for name in ("kv_cache_coordinator.py", "single_type_kv_cache_manager.py"):
@@ -447,6 +447,13 @@ def patched_copy(fix: Fix, source: Path, into: Path, fuzz: int = 0) -> Path:
         text = path.read_bytes()
         path.unlink()
         path.write_bytes(text)
+    return folder
+
+
+def patched_copy(fix: Fix, source: Path, into: Path, fuzz: int = 0) -> Path:
+    """:func:`copy_release` with the fix's patch applied; RuntimeError with patch's
+    output if it does not apply."""
+    folder = copy_release(source, into)
     done = apply(fix.patch_path, folder, fuzz)
     if done.returncode != 0:
         raise RuntimeError(f"{fix.patch} does not apply to {source}:\n{done.stdout}{done.stderr}")
