@@ -262,6 +262,7 @@ VERDICTS = {
     "unsafe": ReplyClass.UNSAFE,
     "lost reuse": ReplyClass.LOST_REUSE,
     "wrong blocks": ReplyClass.WRONG_BLOCKS,
+    "crash": ReplyClass.CRASH,
 }
 """A documented divergence's verdict as the class the gate counts it in."""
 

@@ -17,7 +17,9 @@ against it is a new finding::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import reduce
+from math import gcd
 from typing import Any
 
 from kvhit.engines.vllm.release import spec_key
@@ -43,13 +45,15 @@ class Divergence:
     """A documented difference between vLLM and the spec, in releases first … last."""
 
     name: str
-    verdict: str  # "unsafe", "lost reuse" or "wrong blocks" on the example
+    verdict: str  # "unsafe", "lost reuse", "wrong blocks" or "crash" on the example
     scope: Callable[[Query], bool]
     example: dict[str, Any]
-    vllm_length: int
-    vllm_blocks: list[list[int]]
+    vllm_length: int = 0
+    vllm_blocks: list[list[int]] = field(default_factory=list)
     first: str = OLDEST
     last: str = NEWEST
+    error: str | None = None
+    """What vLLM raises on the example (a crash): the error's type and message."""
 
     @property
     def query(self) -> Query:
@@ -108,6 +112,11 @@ def eagle_windows(q: Query) -> bool:
     return len(specs) >= 2
 
 
+def full_groups_apart(q: Query) -> bool:
+    """Two full attention groups with different specs (vLLM looks them up apart)."""
+    return len({spec_key(g) for g in q.groups if g.kind == Kind.FULL}) >= 2
+
+
 def partial_hits(q: Query) -> bool:
     """Whether vLLM may look the query up with partial hash hits: it has a hash unit and
     a Mamba group whose block is larger (``partial_hash_hits_enabled``)."""
@@ -146,10 +155,15 @@ def lookup_caps(q: Query, g: Group) -> set[int]:
 
 def interior_of_whole_block(q: Query) -> bool:
     """A full attention group (block larger than the hash unit) whose lookup may stop
-    at a hash boundary inside a block cached whole, with every block before it cached."""
-    for g, row in fine_full_rows(q):
+    at a hash boundary inside a block cached whole, with every block before it cached:
+    at a cap, or where a group of the same spec, looked up with it, stops being cached
+    whole."""
+    rows = fine_full_rows(q)
+    for g, row in rows:
         run = whole_run(row)
         if any(c % g.block_size and c // g.block_size < run for c in lookup_caps(q, g)):
+            return True
+        if any(same_spec(g, x) and whole_run(other) < run for x, other in rows):
             return True
     return False
 
@@ -166,15 +180,57 @@ def below_partial_boundary(q: Query) -> bool:
     return False
 
 
+def drop_unit(q: Query, g: Group) -> int:
+    """What an eagle drop takes from group g's hit: a hash unit where partial hash hits
+    may let full attention stop inside a block (``eagle_proof_margin``), else a block."""
+    h = q.hash_unit
+    fine = partial_hits(q) and all(
+        x.kind in (Kind.FULL, Kind.MAMBA) or x.block_size == h for x in q.groups
+    )
+    return min(g.block_size, h) if h is not None and fine and g.kind == Kind.FULL else g.block_size
+
+
+def block_drop_finer_hash(q: Query) -> bool:
+    """An eagle group whose drop takes a whole block where the query hashes finer
+    (partial hash hits off for it)."""
+    h = q.hash_unit
+    return h is not None and any(
+        g.eagle and g.kind != Kind.MAMBA and drop_unit(q, g) > h for g in q.groups
+    )
+
+
 def margin_past_max_length(q: Query) -> bool:
     """An eagle group among several whose drop margin (a block, or a hash unit) from the
     longest candidate reaches past M, outside the other eagle classes."""
-    unit = q.hash_unit
-    capped = any(
-        g.eagle and q.top + min(g.block_size, unit or g.block_size) > q.max_length for g in q.groups
-    )
+    capped = any(g.eagle and q.top + drop_unit(q, g) > q.max_length for g in q.groups)
     others = eagle_window_off_alignment(q) or eagle_windows(q) or eagle_shares_spec(q)
     return eagle_in_hybrid(q) and capped and not others
+
+
+def hash_block(q: Query) -> int:
+    """vLLM's hash block size for the query: its hash unit, else the gcd of the block
+    sizes."""
+    return q.hash_unit or reduce(gcd, (g.block_size for g in q.groups))
+
+
+def lookup_past_lookahead_hashes(q: Query) -> bool:
+    """Lookahead block hashes with no full attention group (which would bound the hit by
+    the hashed blocks), and a group whose lookup bound M reaches a block past the
+    request's hashed tokens (those ending by T - La)."""
+    lookahead = max((g.lookahead for g in q.groups if g.drafter == Drafter.LOOKAHEAD), default=0)
+    if not lookahead or any(g.kind == Kind.FULL for g in q.groups):
+        return False
+    hashed = (q.num_tokens - lookahead) // hash_block(q) * hash_block(q)
+    return any(q.max_length // g.block_size > hashed // g.block_size for g in q.groups)
+
+
+def window_beside_partial_hits(q: Query) -> bool:
+    """A sliding window group beside a Mamba group whose block is larger than the hash
+    block (which turns partial hash hits on)."""
+    h = hash_block(q)
+    return any(g.kind == Kind.MAMBA and g.block_size > h for g in q.groups) and any(
+        g.kind == Kind.SLIDING_WINDOW for g in q.groups
+    )
 
 
 def sw(window: int, block_size: int = 1, eagle: bool = False) -> dict[str, Any]:
@@ -220,6 +276,23 @@ DIVERGENCES = (
         },
         vllm_length=4,
         vllm_blocks=[[0], [0]],
+        first="0.26.0",
+    ),
+    Divergence(
+        "with partial hash hits off, the eagle drop takes a whole block where the query "
+        "hashes finer",
+        "lost reuse",
+        block_drop_finer_hash,
+        {
+            "groups": [{"kind": "full", "block_size": 2, "eagle": True}, sw(4, 4)],
+            "cached": [[True, True, {"upto": 5}], "11"],
+            "max_length": 6,
+            "num_tokens": 7,
+            "alignment": 4,
+            "hash_unit": 1,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], []],
         first="0.26.0",
     ),
     Divergence(
@@ -312,13 +385,81 @@ DIVERGENCES = (
             "groups": [
                 {"kind": "full", "block_size": 1, "eagle": True},
                 {"kind": "full", "block_size": 1},
+                {"kind": "mamba", "block_size": 1},
             ],
-            "cached": ["11", "1"],
+            "cached": ["11", "1", "11"],
             "max_length": 1,
         },
         vllm_length=0,
-        vllm_blocks=[[], []],
-        first="0.29.0",
+        vllm_blocks=[[], [], []],
+        first="0.20.0",
+    ),
+    Divergence(
+        "only the first full attention group's blocks are cut to the hit",
+        "wrong blocks",
+        full_groups_apart,
+        {
+            "groups": [
+                {"kind": "full", "block_size": 1},
+                {"kind": "full", "block_size": 2},
+                sw(2, 2),
+            ],
+            "cached": ["11", "1", ""],
+            "max_length": 2,
+        },
+        vllm_length=0,
+        vllm_blocks=[[], [0], []],
+        first="0.16.0",
+        last="0.28.0",
+    ),
+    Divergence(
+        "SlidingWindowManager asserts on the partial hash hits a Mamba group turns on",
+        "crash",
+        window_beside_partial_hits,
+        {
+            "groups": [sw(2, 2), {"kind": "mamba", "block_size": 2}],
+            "cached": ["", ""],
+            "max_length": 1,
+            "alignment": 1,
+            "hash_unit": 1,
+        },
+        first="0.26.0",
+        last="0.27.0",
+        error="AssertionError: SlidingWindowManager does not support fine-grained (partial) "
+        "cache hits",
+    ),
+    Divergence(
+        "with lookahead hashes, a lookup bounded by M reads past the request's hashes",
+        "crash",
+        lookup_past_lookahead_hashes,
+        {
+            "groups": [{"kind": "mamba", "block_size": 4, "drafter": "lookahead", "lookahead": 4}],
+            "cached": ["1"],
+            "max_length": 4,
+        },
+        first="0.33.0",
+        error="IndexError: list index out of range",
+    ),
+    Divergence(
+        "with lookahead hashes, a chunk start at M is a hit past the request's hashes",
+        "unsafe",
+        lookup_past_lookahead_hashes,
+        {
+            "groups": [
+                {
+                    "kind": "chunked_local",
+                    "block_size": 2,
+                    "chunk": 2,
+                    "drafter": "lookahead",
+                    "lookahead": 2,
+                }
+            ],
+            "cached": [""],
+            "max_length": 2,
+        },
+        vllm_length=2,
+        vllm_blocks=[[]],
+        first="0.33.0",
     ),
     Divergence(
         "window 1 still needs the block before the hit",
