@@ -23,6 +23,7 @@ LAZY_COMMANDS = {
     "gate": "kvhit.cli.campaign:gate",
     "replay": "kvhit.cli.campaign:replay",
     "matrix": "kvhit.cli.matrix:matrix",
+    "export": "kvhit.cli.export:export",
 }
 
 

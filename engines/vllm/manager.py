@@ -70,10 +70,10 @@ from functools import reduce
 from math import gcd, lcm
 from typing import Any
 
-from kvhit.engines.vllm.release import import_failure, refusal
+from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure, refusal, shared_lookahead
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
-from kvhit.model.spec import Drafter, Group, Query, Upto, default_alignment
+from kvhit.model.spec import Group, Query, Upto, default_alignment
 
 try:
     from vllm.sampling_params import SamplingParams
@@ -94,24 +94,14 @@ except ImportError as err:
 
 from kvhit.engines.vllm.compat import accepted, takes
 
-MAX_MODEL_LEN = 4096  # longer prompts are rejected
-
 
 def lookahead_tokens(groups: Sequence[Group]) -> int:
-    """vLLM's ``num_hash_lookahead_tokens`` for these groups: La when every group has
-    a lookahead drafter of La tokens (vLLM's lookahead hashes are the request's, so
-    they key every group), 0 when none has; :class:`Unsupported` otherwise."""
-    spans = {g.lookahead if g.drafter == Drafter.LOOKAHEAD else 0 for g in groups}
-    if spans == {0}:
-        return 0
-    if len(spans) > 1:
-        raise Unsupported(
-            "vLLM's lookahead block hashes cover every group with one La: "
-            "all groups need one lookahead drafter"
-        )
-    if not takes(KVCacheManager, "num_hash_lookahead_tokens"):
+    """vLLM's ``num_hash_lookahead_tokens`` for these groups (:func:`shared_lookahead`);
+    :class:`Unsupported` also where the release has no lookahead block hashes."""
+    lookahead = shared_lookahead(groups)
+    if lookahead and not takes(KVCacheManager, "num_hash_lookahead_tokens"):
         raise Unsupported(f"vLLM {RELEASE.name} has no lookahead block hashes (0.33.0+)")
-    return spans.pop()
+    return lookahead
 
 
 class VllmManagerEngine:

@@ -30,15 +30,16 @@ import ast
 import inspect
 import os
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from functools import cache
+from functools import cache, reduce
 from importlib.metadata import PackageNotFoundError, version
-from math import lcm
+from math import gcd, lcm
 from typing import Any
 
-from kvhit.errors import UndrivableTarget
-from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, inclusive_window
+from kvhit.errors import UndrivableTarget, Unsupported
+from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, Upto, inclusive_window
 
 VLLM_TARGETS = ("vllm", "vllm-undocumented")
 """The built-in targets that drive vLLM's lookup."""
@@ -46,6 +47,10 @@ VLLM_TARGETS = ("vllm", "vllm-undocumented")
 EAGLE_ENV = "KVHIT_VLLM_EAGLE"
 """The environment variable that carries ``--vllm-eagle`` to the target (and so to every
 worker process a run starts)."""
+
+
+MAX_MODEL_LEN = 4096
+"""The stateful target's ``max_model_len``: longer prompts are rejected."""
 
 
 class EaglePath(StrEnum):
@@ -116,6 +121,18 @@ def import_failure(err: ImportError) -> ImportError | UndrivableTarget:
         "install what it names into this environment (scripts/install-vllm.sh lists "
         "what 0.14.0 … 0.34.0 need)"
     )
+
+
+EAGLE_WINDOW_ASSERT = "aligned_length is not compatible with eagle"
+"""The sliding window manager's assert (up to 0.22) that an eagle window's block size
+is the alignment: found in its ``find_longest_cache_hit``."""
+
+TWO_SPECS_ASSERT = "requires at least two attention groups"
+"""The hybrid coordinator's assert (up to 0.28) that the groups have two different
+specs: found in its ``verify_and_split_kv_cache_groups``."""
+
+PARTIAL_HITS_FLAG = "enable_partial_hash_hits"
+"""The hybrid coordinator's flag of partial hash hits (0.26+): set in its ``__init__``."""
 
 
 def has_loop(func: object) -> bool:
@@ -189,13 +206,10 @@ def detect() -> Release:
         draft_flag="is_draft" in field_names(KVCacheSpec),
         mamba_cache_mode="mamba_cache_mode" in field_names(MambaSpec),
         eagle_window_needs_block_alignment=says(
-            managers.SlidingWindowManager.find_longest_cache_hit,
-            "aligned_length is not compatible with eagle",
+            managers.SlidingWindowManager.find_longest_cache_hit, EAGLE_WINDOW_ASSERT
         ),
-        hybrid_needs_two_specs=says(
-            hybrid.verify_and_split_kv_cache_groups, "requires at least two attention groups"
-        ),
-        partial_hash_hits=says(hybrid.__init__, "enable_partial_hash_hits"),
+        hybrid_needs_two_specs=says(hybrid.verify_and_split_kv_cache_groups, TWO_SPECS_ASSERT),
+        partial_hash_hits=says(hybrid.__init__, PARTIAL_HITS_FLAG),
         lookahead_hashes="num_hash_lookahead_tokens" in params,
     )
 
@@ -242,6 +256,44 @@ def hash_lookahead(q: Query, path: EaglePath) -> int:
     (``_resolve_num_hash_lookahead_tokens``, ``config/vllm.py``, 0.34.0), where a
     lookahead query is refused."""
     return prefill_lookahead(q) if path == EaglePath.DEFAULT else 0
+
+
+def hash_block_size(q: Query) -> int:
+    """The hash granularity: the query's hash unit (vLLM's ``prefix_match_unit``), else
+    the gcd of the block sizes (vLLM's default); it divides every block size."""
+    if q.hash_unit is not None:
+        return q.hash_unit
+    return reduce(gcd, (g.block_size for g in q.groups))
+
+
+def scheduler_block_size(q: Query) -> int:
+    """vLLM's scheduler block size: A where every block size divides it, else the lcm
+    of the block sizes (vLLM's own; hits then land on hash units or nowhere asked)."""
+    sizes = [g.block_size for g in q.groups]
+    return q.alignment if all(q.alignment % b == 0 for b in sizes) else lcm(*sizes)
+
+
+def pool_size(q: Query) -> int:
+    """Enough blocks for every cached or partial entry, plus vLLM's null block."""
+    return sum(1 for row in q.cached for e in row if isinstance(e, Upto) or e) + 1
+
+
+def shared_lookahead(groups: Sequence[Group]) -> int:
+    """vLLM's ``num_hash_lookahead_tokens`` for a manager of these groups: La when every
+    group has a lookahead drafter of La tokens (vLLM's lookahead hashes are the
+    request's, so they key every group), 0 when none has; :class:`Unsupported`
+    otherwise.
+
+    >>> shared_lookahead([Group("full", 2, drafter="lookahead", lookahead=3)] * 2)
+    3
+    """
+    spans = {g.lookahead if g.drafter == Drafter.LOOKAHEAD else 0 for g in groups}
+    if len(spans) > 1:
+        raise Unsupported(
+            "vLLM's lookahead block hashes cover every group with one La: "
+            "all groups need one lookahead drafter"
+        )
+    return spans.pop()
 
 
 def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> str | None:

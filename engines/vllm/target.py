@@ -68,8 +68,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, reduce
-from math import gcd, lcm
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
 
@@ -80,11 +79,14 @@ from kvhit.engines.vllm.release import (
     detect,
     eagle_path,
     flagged,
+    hash_block_size,
     hash_lookahead,
     import_failure,
     is_draft,
+    pool_size,
     prefill_lookahead,
     refusal,
+    scheduler_block_size,
 )
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
@@ -175,26 +177,6 @@ SPECS: dict[Kind, Callable[[Group], KVCacheSpec]] = {
 def group_spec(g: Group) -> KVCacheSpec:
     """vLLM's KV cache spec for one protocol group."""
     return SPECS[g.kind](g)
-
-
-def hash_block_size(q: Query) -> int:
-    """The hash granularity: the query's hash unit (vLLM's ``prefix_match_unit``), else
-    the gcd of the block sizes (vLLM's default); it divides every block size."""
-    if q.hash_unit is not None:
-        return q.hash_unit
-    return reduce(gcd, (g.block_size for g in q.groups))
-
-
-def scheduler_block_size(q: Query) -> int:
-    """vLLM's scheduler block size: A where every block size divides it, else the lcm
-    of the block sizes (vLLM's own; hits then land on hash units or nowhere asked)."""
-    sizes = [g.block_size for g in q.groups]
-    return q.alignment if all(q.alignment % b == 0 for b in sizes) else lcm(*sizes)
-
-
-def pool_size(q: Query) -> int:
-    """Enough blocks for every cached or partial entry, plus vLLM's null block."""
-    return sum(1 for row in q.cached for e in row if isinstance(e, Upto) or e) + 1
 
 
 def kv_cache_config(q: Query) -> KVCacheConfig:

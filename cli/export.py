@@ -1,0 +1,131 @@
+"""``kvhit export FILE``: a saved counterexample as a pytest file in the engine's terms.
+
+The file (a saved disagreement, a plain query, or a saved stateful program) is read
+as ``kvhit replay`` reads it; the engine's generator
+(:data:`kvhit.engines.export.GENERATORS`) writes the test. Every problem is one
+``error: ...`` line and exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kvhit.engines.export import GENERATORS, Engine, SavedLookup, SavedProgram, engine_of
+from kvhit.errors import BadInput
+from kvhit.harness.compare import ReplyClass
+from kvhit.harness.report import load_disagreement
+from kvhit.importing import import_attr
+from kvhit.inputs import read_text
+from kvhit.model.protocol import QueryError, parse_query
+from kvhit.targets.stateful import decode_admitted, is_program_file, load_program_file
+from kvhit.targets.wire import BadReturn
+
+
+def chosen_engine(source: str, given: str | None, target: object) -> Engine:
+    """The engine given, else the one the file's recorded target drives."""
+    if given is not None:
+        if given not in tuple(Engine):
+            raise BadInput(f"--engine {given!r}: expected one of {', '.join(Engine)}")
+        return Engine(given)
+    found = engine_of(target if isinstance(target, str) else None)
+    if found is None:
+        recorded = f"records target {target!r}" if target else "records no target"
+        raise BadInput(f"{source} {recorded}: give --engine ({', '.join(Engine)})")
+    return found
+
+
+def saved_program(source: str, text: str, given: str | None) -> SavedProgram:
+    """A saved stateful disagreement, to export."""
+    program, record = load_program_file(text)
+    if not record:
+        raise BadInput(f"{source}: a plain program, not a saved disagreement: nothing failed")
+    snapshot = record.get("snapshot")
+    return SavedProgram(
+        source,
+        program,
+        chosen_engine(source, given, record.get("target")),
+        str(record.get("class")),
+        str(record.get("reason")),
+        parse_query(snapshot) if snapshot is not None else None,
+        record.get("target_answer"),
+    )
+
+
+def saved_lookup(source: str, text: str, given: str | None) -> SavedLookup:
+    """A saved stateless disagreement (or a plain query), to export."""
+    query, record = load_disagreement(text)
+    return SavedLookup(
+        source,
+        query,
+        chosen_engine(source, given, record.get("target")),
+        record.get("class"),
+        record.get("target_answer"),
+        record.get("reason"),
+    )
+
+
+def hit_shows(saved: SavedProgram) -> None:
+    """BadInput unless what disagreed shows in the engine's own calls: a crash, or an
+    admit's hit other than the correct one (a stale or overwritten block the ledger
+    found under a correct hit does not)."""
+    if saved.cls == ReplyClass.CRASH:
+        return
+    if saved.cls not in HIT_CLASSES or saved.correct is None:
+        raise BadInput(
+            f"{saved.source}: a {saved.cls} is not exported: only a wrong hit or a crash "
+            "shows in the engine's own calls"
+        )
+    admitted = decode_admitted(saved.answer, saved.program.groups)
+    correct = (saved.correct.length, [list(b) for b in saved.correct.blocks])
+    if admitted is None or (admitted.length, admitted.reused_indices()) == correct:
+        raise BadInput(
+            f"{saved.source}: the engine's hit is the correct one; what disagreed is in "
+            f"the blocks' contents, which a hit does not show ({saved.reason})"
+        )
+
+
+HIT_CLASSES = (ReplyClass.UNSAFE, ReplyClass.LOST_REUSE, ReplyClass.WRONG_BLOCKS)
+
+
+def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:
+    """What ``source`` holds, with the engine to export it for; BadInput naming the
+    file on any problem."""
+    text = read_text(source)
+    try:
+        if not is_program_file(text):
+            return saved_lookup(source, text, given)
+        program = saved_program(source, text, given)
+        hit_shows(program)
+        return program
+    except (QueryError, BadReturn) as err:
+        raise BadInput(f"{source}: {err}") from None
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--engine",
+    metavar="|".join(Engine),
+    help="The engine (default: the one the file's recorded target drives).",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the test here (default: stdout).",
+)
+def export(file: str, engine: str | None, out: str | None) -> None:
+    """Write FILE, a saved counterexample, as one standalone pytest file in the
+    engine's own terms, asserting the correct hit (kvhit's spec answer)."""
+    saved = read_saved(file, engine)
+    text = import_attr(GENERATORS[saved.engine])(saved)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise BadInput(f"-o: cannot write {out}: {err.strerror or err}") from None
+    click.echo(f"{file}: {saved.engine} test written to {out}", err=True)
