@@ -37,21 +37,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from math import gcd
 from pathlib import Path
 from typing import Any
 
 from kvhit.engines.vllm.divergences import (
     DIVERGENCES,
     Divergence,
-    chunk_off_blocks,
-    eagle_in_hybrid,
-    eagle_window_off_alignment,
-    eagle_windows,
     in_release,
-    lone_eagle,
     release_key,
     sw,
 )
@@ -59,7 +52,7 @@ from kvhit.engines.vllm.manager import VllmManagerEngine
 from kvhit.engines.vllm.target import RELEASE, vllm_target
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Drafter, Kind, Query
+from kvhit.model.spec import Query
 from kvhit.targets.stateful import Program
 
 HERE = Path(__file__).resolve().parent
@@ -69,27 +62,6 @@ MATRIX_CASES = 5000
 """Random cases after the scopes and the corpus, as docs/findings-vllm.md's matrix."""
 
 
-def partial_hits_beside_block_lookups(q: Query) -> bool:
-    """vLLM 0.26-0.27 turns partial hash hits on (a Mamba group whose block is larger
-    than the hash block size: the query's hash unit, else the gcd of the block sizes)
-    beside a sliding window or chunked local group whose block is not the hash block
-    size, a manager that only looks blocks up whole."""
-    h = q.hash_unit or gcd(*(g.block_size for g in q.groups))
-    partial = any(g.kind == Kind.MAMBA and g.block_size > h for g in q.groups)
-    whole = any(
-        g.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL) and g.block_size != h for g in q.groups
-    )
-    return partial and whole
-
-
-def lookahead_without_full(q: Query) -> bool:
-    """vLLM 0.33-0.34 with lookahead block hashes (a ``lookahead`` drafter, La ≥ 1) and
-    no full attention group: a sliding window, chunked local or Mamba group is looked
-    up first, at a bound past the request's hashed blocks, and indexes them."""
-    lookahead = any(g.drafter == Drafter.LOOKAHEAD and g.lookahead >= 1 for g in q.groups)
-    return lookahead and not any(g.kind == Kind.FULL for g in q.groups)
-
-
 def divergence(name: str) -> Divergence:
     """The documented divergence called ``name``."""
     return next(d for d in DIVERGENCES if d.name == name)
@@ -97,30 +69,53 @@ def divergence(name: str) -> Divergence:
 
 @dataclass(frozen=True)
 class Fix:
-    """A vLLM bug class and its patch against the newest release that has it."""
+    """A vLLM bug class (its documented divergence, ``documented``) and its patch
+    against ``release``, the newest release that has it (``first`` the oldest).
+
+    ``every_state``: queries whose groups and limits, every cache state of them, are
+    the bounded scopes of (c); ``verdict``: the class of the example's reply on the
+    release as shipped; ``patched``: on the patched copy; ``kinds``: what the random
+    campaign draws.
+    """
 
     key: str
-    title: str
+    documented: str
     patch: str
     release: str
-    first: str
-    scope: Callable[[Query], bool]
-    example: dict[str, Any]
     kinds: str
     every_state: tuple[dict[str, Any], ...]
     verdict: str
     patched: str = "ok"
-    documented: str | None = None
 
     @property
-    def patch_path(self) -> Path:
-        """The patch file."""
-        return HERE / self.patch
+    def divergence(self) -> Divergence:
+        """The class's documented divergence."""
+        return divergence(self.documented)
+
+    @property
+    def first(self) -> str:
+        """The oldest release that has the class."""
+        return min((d.first for d in self.entries()), key=release_key)
+
+    def entries(self) -> list[Divergence]:
+        """The documented divergences of the class: its own and those of the same scope
+        (several examples of one class)."""
+        return [d for d in DIVERGENCES if d.scope is self.divergence.scope]
+
+    @property
+    def example(self) -> dict[str, Any]:
+        """The class's documented example."""
+        return self.divergence.example
 
     @property
     def query(self) -> Query:
         """The example, parsed."""
         return parse_query(self.example)
+
+    @property
+    def patch_path(self) -> Path:
+        """The patch file."""
+        return HERE / self.patch
 
     def in_release(self, release: str) -> bool:
         """Whether ``release`` has this class."""
@@ -128,257 +123,158 @@ class Fix:
 
     def asks(self, q: Query, release: str) -> bool:
         """Whether :func:`in_class` asks vLLM ``q``: inside this class's scope and
-        outside the scope of every other class of ``release``, documented
-        (:mod:`kvhit.engines.vllm.divergences`) or here (:data:`FIXES`)."""
-        if not self.scope(q):
-            return False
-        mine = {d.scope for d in in_release(release) if d.name == self.documented}
-        others = [d.scope for d in in_release(release) if d.scope not in mine] + [
-            f.scope for f in FIXES if f is not self and f.in_release(release)
-        ]
-        return not any(scope(q) for scope in others)
+        outside the scope of every other documented class of ``release``."""
+        return self.asks_any([q], release)
+
+    def asks_any(self, queries: list[Query], release: str) -> bool:
+        """Whether one of ``queries`` is inside this class's scope and none inside the
+        scope of another documented class of ``release``."""
+        mine = self.divergence.scope
+        others = {d.scope for d in in_release(release)} - {mine}
+        return any(mine(q) for q in queries) and not any(
+            scope(q) for scope in others for q in queries
+        )
 
 
-def example_of(name: str) -> dict[str, Any]:
-    """The example of the documented divergence ``name``."""
-    return divergence(name).example
+STATEFUL_TOKENS = 64
+"""The request lengths a stateful engine's configuration is judged at: 1 … 64 tokens,
+the hit bound one less (some scopes read M and T)."""
 
 
-EAGLE_RECHECK = "eagle drop not re-checked after another eagle group lowers the hit"
-MARGIN_ONCE = "eagle lookup not widened by the margin, and the drop repeated on every pass"
-CHUNK_START = "chunk start taken from the lookup bound, rounded down to a block"
-WINDOW_ALIGN = "eagle window prefix run aligned before the drop"
-UNITARY = "unitary coordinator: eagle lookup capped at max_length"
+def lengths(groups: tuple[Any, ...], alignment: int) -> list[Query]:
+    """Empty queries of these groups for every request length :data:`STATEFUL_TOKENS`
+    covers."""
+    empty = tuple(() for _ in groups)
+    return [Query(groups, empty, t - 1, t, alignment) for t in range(1, STATEFUL_TOKENS + 1)]
+
+
+def full(block_size: int, **more: Any) -> dict[str, Any]:
+    """A full attention group object."""
+    return {"kind": "full", "block_size": block_size, **more}
+
+
+def mamba(block_size: int, **more: Any) -> dict[str, Any]:
+    """A Mamba group object."""
+    return {"kind": "mamba", "block_size": block_size, **more}
+
+
+def chunked(chunk: int, block_size: int) -> dict[str, Any]:
+    """A chunked local group object."""
+    return {"kind": "chunked_local", "block_size": block_size, "chunk": chunk}
+
+
+def looks_ahead(group: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """The group with a lookahead drafter of ``tokens``."""
+    return {**group, "eagle": False, "drafter": "lookahead", "lookahead": tokens}
+
+
+def scope(*groups: dict[str, Any], m: int, t: int | None = None) -> dict[str, Any]:
+    """A query of these groups at M = m (T = t, default M + 1), rows empty: an
+    every-state scope."""
+    q: dict[str, Any] = {"groups": list(groups), "cached": [""] * len(groups), "max_length": m}
+    return q if t is None else {**q, "num_tokens": t}
+
 
 FIXES = (
     Fix(
         "1",
-        EAGLE_RECHECK,
+        "eagle drop not re-checked after another eagle group lowers the hit",
         "1-eagle-drop-recheck.patch",
         "0.34.0",
-        "0.20.0",
-        eagle_windows,
-        example_of(EAGLE_RECHECK),
         "sliding_window,eagle",
         (
-            {
-                "groups": [sw(2, eagle=True), sw(3, eagle=True)],
-                "cached": ["", ""],
-                "max_length": 5,
-                "num_tokens": 7,
-            },
-            {
-                "groups": [
-                    sw(3, 2, eagle=True),
-                    sw(5, 2, eagle=True),
-                    {"kind": "full", "block_size": 2},
-                ],
-                "cached": ["", "", ""],
-                "max_length": 6,
-                "num_tokens": 9,
-            },
+            scope(sw(2, eagle=True), sw(3, eagle=True), m=5, t=7),
+            scope(sw(3, 2, eagle=True), sw(5, 2, eagle=True), full(2), m=6, t=9),
         ),
         "unsafe",
-        documented=EAGLE_RECHECK,
     ),
     Fix(
         "1a",
-        MARGIN_ONCE,
+        "eagle lookup not widened by the margin, and the drop repeated on every pass",
         "1a-eagle-margin-once.patch",
         "0.19.0",
-        "0.14.0",
-        eagle_in_hybrid,
-        example_of(MARGIN_ONCE),
         "full,sliding_window,mamba,eagle",
         (
-            {
-                "groups": [sw(4, eagle=True), {"kind": "mamba", "block_size": 1}],
-                "cached": ["", ""],
-                "max_length": 5,
-                "num_tokens": 7,
-            },
-            {
-                "groups": [
-                    sw(2, eagle=True),
-                    sw(3, eagle=True),
-                    {"kind": "full", "block_size": 1, "eagle": True},
-                ],
-                "cached": ["", "", ""],
-                "max_length": 3,
-                "num_tokens": 5,
-            },
+            scope(sw(4, eagle=True), mamba(1), m=5, t=7),
+            scope(sw(2, eagle=True), sw(3, eagle=True), full(1, eagle=True), m=3, t=5),
         ),
         "lost_reuse",
-        documented=MARGIN_ONCE,
     ),
     Fix(
         "2",
-        CHUNK_START,
+        "chunk start taken from the lookup bound, rounded down to a block",
         "2-chunk-start.patch",
         "0.34.0",
-        "0.14.0",
-        chunk_off_blocks,
-        example_of(CHUNK_START),
         "chunked_local,full,sliding_window",
         (
-            {
-                "groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 3}],
-                "cached": [""],
-                "max_length": 21,
-            },
-            {
-                "groups": [
-                    {"kind": "chunked_local", "block_size": 2, "chunk": 5},
-                    {"kind": "full", "block_size": 2},
-                ],
-                "cached": ["", ""],
-                "max_length": 13,
-            },
-            {
-                "groups": [{"kind": "chunked_local", "block_size": 3, "chunk": 4}],
-                "cached": [""],
-                "max_length": 30,
-            },
+            scope(chunked(3, 2), m=21),
+            scope(chunked(5, 2), full(2), m=13),
+            scope(chunked(4, 3), m=30),
         ),
         "unsafe",
-        documented=CHUNK_START,
     ),
     Fix(
         "3",
-        WINDOW_ALIGN,
+        "eagle window prefix run aligned before the drop",
         "3-eagle-window-align.patch",
         "0.34.0",
-        "0.20.0",
-        eagle_window_off_alignment,
-        example_of(WINDOW_ALIGN),
         "full,sliding_window,eagle",
         (
-            {
-                "groups": [sw(4, eagle=True), {"kind": "full", "block_size": 2}],
-                "cached": ["", ""],
-                "max_length": 8,
-                "num_tokens": 11,
-            },
-            {
-                "groups": [sw(6, eagle=True), {"kind": "full", "block_size": 3}],
-                "cached": ["", ""],
-                "max_length": 9,
-                "num_tokens": 12,
-            },
+            scope(sw(4, eagle=True), full(2), m=8, t=11),
+            scope(sw(6, eagle=True), full(3), m=9, t=12),
         ),
         "lost_reuse",
-        documented=WINDOW_ALIGN,
     ),
     Fix(
         "4",
-        UNITARY,
+        "unitary coordinator: eagle lookup capped at max_length",
         "4-unitary-eagle-margin.patch",
         "0.34.0",
-        "0.14.0",
-        lone_eagle,
-        example_of(UNITARY),
         "full,sliding_window,eagle",
         (
-            {
-                "groups": [{"kind": "full", "block_size": 2, "eagle": True}],
-                "cached": [""],
-                "max_length": 21,
-                "num_tokens": 24,
-            },
-            {"groups": [sw(5, 2, eagle=True)], "cached": [""], "max_length": 21, "num_tokens": 24},
-            {"groups": [sw(2, 1, eagle=True)], "cached": [""], "max_length": 10, "num_tokens": 12},
+            scope(full(2, eagle=True), m=21, t=24),
+            scope(sw(5, 2, eagle=True), m=21, t=24),
+            scope(sw(2, 1, eagle=True), m=10, t=12),
         ),
         "lost_reuse",
-        documented=UNITARY,
     ),
     Fix(
         "7",
-        "SlidingWindowManager asserts on partial hash hits",
+        "SlidingWindowManager asserts on the partial hash hits a Mamba group turns on",
         "7-partial-hits-sliding-window.patch",
         "0.27.0",
-        "0.26.0",
-        partial_hits_beside_block_lookups,
-        {
-            "groups": [sw(2), {"kind": "mamba", "block_size": 2}, sw(2, 2)],
-            "cached": ["111", "11", "11"],
-            "max_length": 3,
-            "hash_unit": 1,
-        },
         "full,sliding_window,mamba,hash_unit",
         (
-            {
-                "groups": [sw(3), {"kind": "mamba", "block_size": 2}, sw(3, 2)],
-                "cached": ["", "", ""],
-                "max_length": 6,
-            },
-            {
-                "groups": [
-                    {"kind": "full", "block_size": 1},
-                    {"kind": "mamba", "block_size": 2},
-                    sw(4, 2),
-                ],
-                "cached": ["", "", ""],
-                "max_length": 6,
-            },
+            scope(sw(3), mamba(2), sw(3, 2), m=6),
+            scope(full(1), mamba(2), sw(4, 2), m=6),
         ),
         "crash",
         patched="unsupported",
     ),
     Fix(
-        "lookahead-hashes",
-        "lookups read block hashes past the lookahead-shortened list (IndexError)",
+        "9",
+        "only the first full attention group's blocks are cut to the hit",
+        "9-truncate-every-full-group.patch",
+        "0.28.0",
+        "full,sliding_window,mamba",
+        (
+            scope(full(1), full(2), sw(2, 2), m=6),
+            scope(full(2), full(4), mamba(2), m=8),
+        ),
+        "wrong_blocks",
+    ),
+    Fix(
+        "lookahead",
+        "with lookahead hashes, a lookup bounded by M reads past the request's hashes",
         "lookahead-hashes.patch",
         "0.34.0",
-        "0.33.0",
-        lookahead_without_full,
-        {
-            "groups": [
-                {"kind": "mamba", "block_size": 2},
-                {
-                    "kind": "sliding_window",
-                    "block_size": 2,
-                    "window": 2,
-                    "drafter": "lookahead",
-                    "lookahead": 2,
-                },
-            ],
-            "cached": ["11", "11"],
-            "max_length": 4,
-        },
         "sliding_window,chunked_local,mamba,drafter",
         (
-            {
-                "groups": [
-                    {"kind": "mamba", "block_size": 2, "drafter": "lookahead", "lookahead": 2}
-                ],
-                "cached": [""],
-                "max_length": 20,
-                "num_tokens": 21,
-            },
-            {
-                "groups": [sw(3, 2) | {"drafter": "lookahead", "lookahead": 2}],
-                "cached": [""],
-                "max_length": 20,
-                "num_tokens": 21,
-            },
-            {
-                "groups": [
-                    {"kind": "mamba", "block_size": 2},
-                    sw(3, 2) | {"drafter": "lookahead", "lookahead": 2},
-                ],
-                "cached": ["", ""],
-                "max_length": 10,
-                "num_tokens": 11,
-            },
-            {
-                "groups": [
-                    {"kind": "mamba", "block_size": 4},
-                    sw(5, 2) | {"drafter": "lookahead", "lookahead": 3},
-                ],
-                "cached": ["", ""],
-                "max_length": 12,
-                "num_tokens": 13,
-            },
+            scope(mamba(2, drafter="lookahead", lookahead=2), m=20, t=21),
+            scope(looks_ahead(sw(3, 2), 2), m=20, t=21),
+            scope(mamba(2), looks_ahead(sw(3, 2), 2), m=10, t=11),
+            scope(mamba(4), looks_ahead(sw(5, 2), 3), m=12, t=13),
+            scope(looks_ahead(chunked(2, 2), 2), m=20, t=21),
         ),
         "crash",
     ),
@@ -404,18 +300,17 @@ def in_class(query: dict[str, Any]) -> dict[str, Any]:
     documented class of the installed release), else :class:`Unsupported`."""
     fix, q = chosen(), parse_query(query)
     if not fix.asks(q, RELEASE.name):
-        raise Unsupported(f"outside class {fix.key} (or inside another documented class)")
+        raise Unsupported(f"outside class {fix.key}, or inside another documented class")
     return vllm_target(query)
 
 
 def stateful_in_class(config: dict[str, Any]) -> Any:
     """A stateful target: vLLM's KVCacheManager for an engine whose groups and
-    alignment are inside the chosen class (and no other documented class), else
-    :class:`Unsupported` (the scopes read only the groups, the alignment and T)."""
+    alignment are inside the chosen class at some request length and inside no other
+    documented class at any (:func:`lengths`), else :class:`Unsupported`."""
     program = Program.from_json(config)
-    empty = Query(program.groups, tuple(() for _ in program.groups), 0, 1, program.alignment)
-    if not chosen().asks(empty, RELEASE.name):
-        raise Unsupported("outside the class (or inside another documented class)")
+    if not chosen().asks_any(lengths(program.groups, program.alignment), RELEASE.name):
+        raise Unsupported("outside the class, or inside another documented class")
     return VllmManagerEngine(config)
 
 
