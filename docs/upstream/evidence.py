@@ -555,17 +555,59 @@ def summary(result: dict[str, Any]) -> str:
     return f"exit {result['exit']} in {result.get('seconds', '?')} s: {counts}"
 
 
+COLUMNS = ("ok", "unsafe", "lost_reuse", "wrong_blocks", "crash", "timeout", "bad_return")
+"""The classes a table shows (``unsupported`` is the rest)."""
+
+
+def cell(result: dict[str, Any] | None) -> str:
+    """A table cell: the counts that are not zero, and the exit code."""
+    if result is None:
+        return "not run"
+    counts = counts_of(result)
+    if not isinstance(counts, dict):
+        return f"{'; '.join(counts or [])} (exit {result['exit']})"
+    shown = ", ".join(f"{k} {counts[k]:,}" for k in (*COLUMNS, "unsupported") if counts.get(k))
+    return f"{shown} (exit {result['exit']})"
+
+
+def table(fix: Fix) -> str:
+    """The markdown table of the class's saved evidence (``evidence/CLASS-*.json``)."""
+    runs: dict[str, dict[str, Any]] = {"patched": {}, "shipped": {}}
+    for path in sorted((HERE / "evidence").glob(f"{fix.key}-*.json")):
+        saved = json.loads(path.read_text())
+        for label in runs:
+            runs[label].update(saved.get(label, {}))
+    lines = [
+        f"vLLM {fix.release} patched with `{fix.patch}`, and as shipped (random campaign: "
+        f"`--kinds {fix.kinds}`):",
+        "",
+        "| step | patched | shipped |",
+        "|---|---|---|",
+    ]
+    for step in STEPS:
+        patched, shipped = runs["patched"].get(step), runs["shipped"].get(step)
+        if patched is not None or shipped is not None:
+            lines.append(f"| {step} | {cell(patched)} | {cell(shipped)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
-    """Gather the evidence for the classes named on the command line."""
+    """Gather the evidence for the classes named on the command line, or print the
+    tables of the saved evidence (``--tables``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("classes", nargs="+", help=", ".join(f.key for f in FIXES))
+    parser.add_argument("classes", nargs="*", help=", ".join(f.key for f in FIXES))
     parser.add_argument("--releases-dir", default=str(Path(sys.prefix) / "vllm"))
     parser.add_argument("--random-seconds", type=int, default=300)
-    parser.add_argument("--stateful-seconds", type=int, default=120)
+    parser.add_argument("--stateful-seconds", type=int, default=60)
     parser.add_argument("--steps", default=",".join(STEPS))
     parser.add_argument("--copies", default="patched,shipped")
-    parser.add_argument("--save", action="store_true", help="write evidence/CLASS.json")
+    parser.add_argument("--save", action="store_true", help="write evidence/CLASS-COPIES.json")
+    parser.add_argument("--tables", action="store_true", help="print the saved evidence")
     args = parser.parse_args()
+    if args.tables:
+        for fix in FIXES:
+            print(f"{fix.key}:\n\n{table(fix)}")
+        return
     seconds = {"random": args.random_seconds, "stateful": args.stateful_seconds}
     for key in args.classes:
         fix = fix_named(key)
