@@ -7,7 +7,9 @@ its patch (touching only ``vllm/v1/core/kv_cache_coordinator.py`` and
 
 Run from the repository root in a vLLM environment (scripts/install-vllm.sh)::
 
-    python docs/upstream/evidence.py CLASS [--random-seconds 300] [--stateful-seconds 120]
+    python docs/upstream/evidence.py CLASS... [--releases-dir VENV/vllm]
+        [--copies patched,shipped] [--steps exported,matrix_cases,...] [--save]
+    python docs/upstream/evidence.py --tables
 
 It copies the release folder, applies the patch with ``patch -p1`` and gathers the
 evidence with kvhit's own commands, each under ``PYTHONPATH=<copy>``, against the
@@ -24,7 +26,9 @@ patched copy and against the release as shipped:
 - (c) ``kvhit fuzz --every-state`` over :attr:`Fix.every_state`, bounded scopes inside
   the class (every cache state of those groups and limits).
 
-The figures go to ``docs/upstream/evidence/CLASS.json`` and are printed.
+Each run is printed; with ``--save`` the figures go to
+``docs/upstream/evidence/CLASS-COPIES-STEPS.json``, which ``--tables`` reads back as
+one markdown table per class (docs/upstream/README.md).
 """
 
 from __future__ import annotations
@@ -532,8 +536,6 @@ def gather(
             runner = Runner(fix, folder, work, label)
             figures[label] = {}
             for step in steps:
-                if step in ("random", "stateful") and label == "shipped":
-                    continue  # the campaigns run once, on the patched copy
                 call = getattr(runner, step)
                 result = call(seconds[step]) if step in seconds else call()
                 figures[label][step] = result
@@ -614,7 +616,7 @@ def main() -> None:
         steps, copies = tuple(args.steps.split(",")), tuple(args.copies.split(","))
         figures = gather(fix, Path(args.releases_dir), steps, seconds, copies)
         if args.save:
-            out = HERE / "evidence" / f"{fix.key}-{'-'.join(copies)}.json"
+            out = HERE / "evidence" / f"{fix.key}-{'-'.join(copies)}-{'-'.join(steps)}.json"
             out.parent.mkdir(exist_ok=True)
             out.write_text(json.dumps(figures, indent=1) + "\n")
 
