@@ -568,7 +568,9 @@ def cell(result: dict[str, Any] | None) -> str:
     counts = counts_of(result)
     if not isinstance(counts, dict):
         return f"{'; '.join(counts or [])} (exit {result['exit']})"
-    shown = ", ".join(f"{k} {counts[k]:,}" for k in (*COLUMNS, "unsupported") if counts.get(k))
+    shown = ", ".join(
+        f"{k} {counts[k]:,}" for k in (*COLUMNS, "unsupported", "rejected") if counts.get(k)
+    )
     return f"{shown} (exit {result['exit']})"
 
 
