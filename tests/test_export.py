@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kvhit.cli.main import main
-from kvhit.engines.vllm.divergences import DIVERGENCES
+from kvhit.engines.vllm.divergences import DIVERGENCES, below_partial_boundary, eagle_windows
 from kvhit.harness.report import Disagreement, save
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import longest_hit
@@ -24,8 +24,8 @@ from kvhit.model.spec import longest_hit
 ALLOWED = {"__future__", "inspect", "pytest", "torch", "vllm"}
 """The top-level modules a generated vLLM test may import."""
 
-EAGLE_WINDOWS = DIVERGENCES[2]  # eagle drop not re-checked (unsafe, 0.32.0 …)
-PARTIAL_BLOCK = DIVERGENCES[1]  # a partial block not found below its boundary (0.26.0 …)
+EAGLE_WINDOWS = next(d for d in DIVERGENCES if d.scope is eagle_windows)  # unsafe, 0.32.0 …
+PARTIAL_BLOCK = next(d for d in DIVERGENCES if d.scope is below_partial_boundary)  # 0.26.0 …
 
 
 def export(*args: str) -> Result:
