@@ -48,12 +48,12 @@ from kvhit.engines.vllm.release import (
     TWO_SPECS_ASSERT,
     EaglePath,
     Release,
+    coordinator_keywords,
     flagged,
     hash_block_size,
     hash_lookahead,
     is_draft,
     pool_size,
-    prefill_lookahead,
     refusal,
     scheduler_block_size,
     shared_lookahead,
@@ -197,22 +197,7 @@ def cached_rows(q: Query) -> tuple[list[list[int]], dict[int, int]]:
 def coordinator_options(q: Query) -> str:
     """The keywords of ``get_kv_cache_coordinator``, as the ``vllm`` target passes them
     (each filtered by the installed signature in the generated file)."""
-    options = {
-        "max_model_len": q.num_tokens,
-        "max_in_flight_tokens": q.num_tokens,
-        "max_num_batched_tokens": q.num_tokens,
-        "use_eagle": any(g.eagle for g in q.groups),
-        "enable_caching": True,
-        "enable_kv_cache_events": False,
-        "dcp_world_size": 1,
-        "pcp_world_size": 1,
-        "hash_block_size": hash_block_size(q),
-        "scheduler_block_size": scheduler_block_size(q),
-        "num_hash_lookahead_tokens": hash_lookahead(q, EaglePath.DEFAULT),
-        "num_prefill_lookahead": prefill_lookahead(q),
-    }
-    if q.hash_unit is None:
-        options["allow_partial_hash_hits"] = False
+    options = coordinator_keywords(q, EaglePath.DEFAULT)
     return "".join(f"        {name}={value!r},\n" for name, value in options.items())
 
 

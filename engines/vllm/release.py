@@ -170,14 +170,6 @@ class Release:
         """Whether the coordinator takes ``scheduler_block_size``."""
         return "scheduler_block_size" in self.coordinator_params
 
-    @property
-    def token_budget_param(self) -> str | None:
-        """The name the coordinator gives the scheduler's token budget, if any."""
-        for name in ("max_in_flight_tokens", "max_num_batched_tokens"):
-            if name in self.coordinator_params:
-                return name
-        return None
-
 
 def detect() -> Release:
     """The installed release's features; :class:`UndrivableTarget` if it has no
@@ -271,6 +263,30 @@ def scheduler_block_size(q: Query) -> int:
     of the block sizes (vLLM's own; hits then land on hash units or nowhere asked)."""
     sizes = [g.block_size for g in q.groups]
     return q.alignment if all(q.alignment % b == 0 for b in sizes) else lcm(*sizes)
+
+
+def coordinator_keywords(q: Query, path: EaglePath) -> dict[str, Any]:
+    """The keywords of ``get_kv_cache_coordinator`` for query ``q`` with its drafters on
+    ``path``, under every name some release from 0.14.0 to 0.34.0 gives them (the
+    scheduler's token budget under both of its names); the caller passes those the
+    installed release takes."""
+    options: dict[str, Any] = {
+        "max_model_len": q.num_tokens,
+        "max_in_flight_tokens": q.num_tokens,
+        "max_num_batched_tokens": q.num_tokens,
+        "use_eagle": any(g.eagle for g in q.groups),
+        "enable_caching": True,
+        "enable_kv_cache_events": False,
+        "dcp_world_size": 1,
+        "pcp_world_size": 1,
+        "hash_block_size": hash_block_size(q),
+        "scheduler_block_size": scheduler_block_size(q),
+        "num_hash_lookahead_tokens": hash_lookahead(q, path),
+        "num_prefill_lookahead": prefill_lookahead(q),
+    }
+    if q.hash_unit is None:
+        options["allow_partial_hash_hits"] = False
+    return options
 
 
 def pool_size(q: Query) -> int:

@@ -78,6 +78,7 @@ import torch
 
 from kvhit.engines.vllm.release import (
     EaglePath,
+    coordinator_keywords,
     detect,
     eagle_path,
     flagged,
@@ -86,7 +87,6 @@ from kvhit.engines.vllm.release import (
     import_failure,
     is_draft,
     pool_size,
-    prefill_lookahead,
     refusal,
     scheduler_block_size,
 )
@@ -198,22 +198,7 @@ def eagle_flag(g: Group, groups: tuple[Group, ...]) -> dict[str, bool]:
 def coordinator_options(q: Query, path: EaglePath) -> dict[str, Any]:
     """The keywords of ``get_kv_cache_coordinator`` this release takes, for query ``q``
     with its drafters on ``path``."""
-    options: dict[str, Any] = {
-        "max_model_len": q.num_tokens,
-        "use_eagle": any(g.eagle for g in q.groups),
-        "enable_caching": True,
-        "enable_kv_cache_events": False,
-        "dcp_world_size": 1,
-        "pcp_world_size": 1,
-        "hash_block_size": hash_block_size(q),
-        "scheduler_block_size": scheduler_block_size(q),
-        "num_hash_lookahead_tokens": hash_lookahead(q, path),
-        "num_prefill_lookahead": prefill_lookahead(q),
-    }
-    if q.hash_unit is None:
-        options["allow_partial_hash_hits"] = False
-    if RELEASE.token_budget_param:
-        options[RELEASE.token_budget_param] = q.num_tokens
+    options = coordinator_keywords(q, path)
     return {k: v for k, v in options.items() if k in RELEASE.coordinator_params}
 
 
