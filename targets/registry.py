@@ -48,8 +48,8 @@ def seed_min_answer(q: Query) -> dict[str, Any]:
     return min_of_groups_answer(q).to_json()
 
 
-model_target = QueryTarget(model_answer)
-seed_min_target = QueryTarget(seed_min_answer)
+model_target = QueryTarget(model_answer, tiers=True)
+seed_min_target = QueryTarget(seed_min_answer, tiers=True)
 
 
 class Mode(StrEnum):
