@@ -148,6 +148,22 @@ def test_a_query_without_tiers_is_the_device_alone() -> None:
     assert sglang_hicache_target(q.to_json()) == model_target(q.to_json())
 
 
+@pytest.mark.usefixtures("every_load")
+def test_a_load_back_that_copies_other_tokens_kv_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What SGLang restores is checked token by token: a host-to-device copy that reads
+    the host slots in reverse gives token 1 the KV of token 3."""
+    copy = hicache.mha_host.transfer_kv_per_layer_direct_pf_lf
+
+    def reversed_copy(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size):  # type: ignore[no-untyped-def]
+        copy(src_ptrs, dst_ptrs, src_indices.flip(0), dst_indices, layer_id, page_size)
+
+    q = tiered([FULL1, MAMBA1], ["1", "0"], {"0": "1111", "1": "0001"}, 4)
+    assert sglang_hicache_target(q) == model_target(q)
+    monkeypatch.setattr(hicache.mha_host, "transfer_kv_per_layer_direct_pf_lf", reversed_copy)
+    with pytest.raises(hicache.WrongRestore, match="full KV of token 1 from elsewhere"):
+        sglang_hicache_target(q)
+
+
 @pytest.mark.parametrize("page", [1, 2])
 def test_the_cpu_copies_round_trip_device_rows_through_host_pages(page: int) -> None:
     """The ``direct`` copies given where SGLang binds none: two layers of K and V

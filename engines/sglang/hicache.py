@@ -149,13 +149,15 @@ COPIES = (
 
 
 def _stand_in() -> None:
-    """Host pools unpinned, and the ``direct`` copy ops where SGLang bound none."""
+    """Where SGLang bound no copy op (no CUDA, ROCm or XPU build): host pools
+    unpinned, and the ``direct`` copy ops given. A GPU build keeps its own."""
+    if getattr(mha_host, transfer_kv_direct.__name__, None) is not None:
+        return
     for pool in (mha_host.MHATokenToKVPoolHost, mamba_host.MambaPoolHost):
         pool.__init__ = partialmethod(pool.__init__, pin_memory=False)  # type: ignore[method-assign]
     for module in (mha_host, mamba_host):
         for op in COPIES:
-            if getattr(module, op.__name__, None) is None:
-                setattr(module, op.__name__, op)
+            setattr(module, op.__name__, op)
 
 
 _stand_in()
@@ -329,7 +331,7 @@ def served(cache: Any, max_length: int) -> int:
     req.init_next_round_input(cache)
     loaded = 0
     if req.needs_host_load_back():
-        loaded, req.last_node = cache.init_load_back(
+        loaded, _ = cache.init_load_back(
             InitLoadBackParams(req.best_match_node, req.host_hit_length, req=req)
         )
         cache.ready_to_load_host_cache()
@@ -354,6 +356,72 @@ def reused(cache: Any, nodes: list[Any], q: Query, tree: Layout, length: int) ->
     return out
 
 
+class WrongRestore(Exception):
+    """SGLang gave a request KV (or a Mamba state) other than its own tokens'."""
+
+
+def kv_pools(cache: Any) -> tuple[Any, Any]:
+    """The device's full KV pool and its window KV pool (None without a window)."""
+    kv = cache.token_to_kv_pool_allocator.get_kvcache()
+    return getattr(kv, "full_kv_pool", kv), getattr(kv, "swa_kv_pool", None)
+
+
+def stamp(built: Built) -> None:
+    """Write into the device's KV which token each slot holds (token p: p + 1, in
+    the first layer's keys, full and window) and into each Mamba state slot the length
+    it is the state at, so that what SGLang restores can be told apart."""
+    cache = built.cache
+    full, window = kv_pools(cache)
+    tokens = torch.arange(1, len(built.slots) + 1, dtype=torch.float32)
+    full.k_buffer[0][built.slots] = tokens.view(-1, 1, 1)
+    if window is not None:
+        slots = cache.token_to_kv_pool_allocator.full_to_swa_index_mapping[built.slots]
+        window.k_buffer[0][slots[slots > 0]] = tokens[slots > 0].view(-1, 1, 1)
+    for end, slot in built.mamba_slots.items():
+        cache.req_to_token_pool.mamba_pool.mamba_cache.temporal[:, slot] = float(end)
+
+
+def check_restored(
+    cache: Any, nodes: list[Any], q: Query, length: int, blocks: list[list[int]], page: int
+) -> None:
+    """:class:`WrongRestore` unless each block SGLang reads at hit ``length`` holds
+    its own tokens (:func:`stamp`): full and window KV token by token, the Mamba state
+    the one at the block's end."""
+    if not length:
+        return
+    path = cache.path_device_indices(nodes[length // page - 1])[:length]
+    for g, reads in zip(q.groups, blocks):
+        for j in reads:
+            if g.kind == Kind.MAMBA:
+                end = (j + 1) * page
+                _same(mamba_stamp(cache, nodes[j]), end, f"the Mamba state at {end}")
+                continue
+            for t in range(j * page, (j + 1) * page):
+                _same(kv_stamp(cache, g.kind, path[t]), t + 1, f"{g.kind.value} KV of token {t}")
+
+
+def kv_stamp(cache: Any, kind: Kind, slot: torch.Tensor) -> int:
+    """The stamp in the full (or window) KV that full KV slot ``slot`` reads."""
+    full, window = kv_pools(cache)
+    if kind == Kind.SLIDING_WINDOW:
+        swa = cache.token_to_kv_pool_allocator.full_to_swa_index_mapping[slot]
+        return int(window.k_buffer[0][swa, 0, 0])
+    return int(full.k_buffer[0][slot, 0, 0])
+
+
+def mamba_stamp(cache: Any, node: Any) -> int:
+    """The stamp in the Mamba state the node holds on the device."""
+    state = cache.tree_core.get_component_device_value(node, ComponentType.MAMBA)
+    return int(cache.req_to_token_pool.mamba_pool.mamba_cache.temporal[0, state].flatten()[0])
+
+
+def _same(value: int, expected: int, what: str) -> None:
+    if value != expected:
+        raise WrongRestore(
+            f"SGLang gave the request {what} from elsewhere ({value}, not {expected})"
+        )
+
+
 def hicache_answer(q: Query) -> dict[str, Any]:
     """The ``sglang-hicache`` target: the hit SGLang serves with its host tier
     holding the query's tier, and the blocks it reads on the device.
@@ -368,6 +436,7 @@ def hicache_answer(q: Query) -> dict[str, Any]:
     hl = host_layout(q)
     try:
         built = build(hl.tree)
+        stamp(built)
         cache = attach(built, hl.tree)
         nodes = page_nodes(cache, hl.tree)
         demote(cache, nodes, hl.device_blocks, hl.tree)
@@ -377,6 +446,7 @@ def hicache_answer(q: Query) -> dict[str, Any]:
     fine = fine_query(local_query(q))
     length = served(cache, q.max_length)
     blocks = reused(cache, nodes, fine, hl.tree, length)
+    check_restored(cache, nodes, fine, length, blocks, hl.tree.page)
     return coarse_answer(q, Answer(length, tuple(map(tuple, blocks)))).to_json()
 
 
