@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import kvhit.engines.sglang.hicache as hicache
+import kvhit.engines.sglang.target as adapter
 from kvhit.engines.sglang.hicache import (
     sglang_hicache_target,
     transfer_kv_all_layer_direct_lf_pf,
@@ -72,6 +73,16 @@ def test_shaped_tiered_queries_are_all_answered_and_agree() -> None:
         drawn["from host"] += answer["length"] > longest_hit(local_query(q)).length
     assert drawn["from host"] > 60, drawn
     assert min(drawn["sliding_window"], drawn["mamba"]) > 100, drawn
+
+
+@pytest.mark.usefixtures("every_load")
+def test_sglang_python_tree_core_answers_as_its_rust_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = [q.to_json() for q in random_queries(7, 80, shape=QueryShape.SGLANG_HICACHE)]
+    rust = [sglang_hicache_target(m) for m in messages]
+    monkeypatch.setattr(adapter, "TREE_CORE", "python")
+    assert (
+        [sglang_hicache_target(m) for m in messages] == rust == [model_target(m) for m in messages]
+    )
 
 
 @pytest.mark.usefixtures("every_load")

@@ -22,7 +22,9 @@ checks that SGLang now holds exactly the query's two row sets, and asks as the
 scheduler does: ``Req.init_next_round_input`` (``match_prefix``), then
 ``init_load_back`` and the load's completion (``ready_to_load_host_cache``,
 ``loading_check``). The hit is the device prefix plus what the load brought back; the
-blocks are those SGLang then holds on the device where the request reads them.
+blocks are those SGLang then holds on the device where the request reads them, each
+checked to hold its own tokens' KV (every slot is stamped with its token before the
+backup, every Mamba state with its length; :class:`WrongRestore` otherwise).
 
 The state a query may give (else :class:`~kvhit.errors.Unsupported`): the tree of the
 ``sglang`` target over the held rows; the device's full row a prefix, blocks 0 … D-1;
@@ -54,8 +56,9 @@ from typing import Any
 
 import torch
 
+from kvhit.engines.sglang import target
 from kvhit.engines.sglang.layout import Layout, layout
-from kvhit.engines.sglang.target import _SERVER_ARGS, TREE_CORE, Built, build, key
+from kvhit.engines.sglang.target import Built, build, key
 from kvhit.errors import Unsupported
 from kvhit.model.spec import (
     Answer,
@@ -254,13 +257,13 @@ def attach(built: Built, tree: Layout) -> Any:
         draft_swa_window=tree.window_sizes[1],
         enable_mamba_extra_buffer=tree.mamba_row is not None and tree.page > 1,
         tree_components=cache.tree_components,
-        tree_core_backend=TREE_CORE,
+        tree_core_backend=target.TREE_CORE,
     )
     set_global_server_args_for_scheduler(HICACHE_ARGS)
     try:
         cache.init_hicache(HICACHE_ARGS, params)
     finally:
-        set_global_server_args_for_scheduler(_SERVER_ARGS)
+        set_global_server_args_for_scheduler(target._SERVER_ARGS)
     if LOAD_BACK_THRESHOLD is not None:
         cache.load_back_threshold = LOAD_BACK_THRESHOLD
     return cache
