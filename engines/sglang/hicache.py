@@ -47,6 +47,7 @@ the tree or the controller (docs/findings-sglang.md, "HiCache host tier"):
 
 from __future__ import annotations
 
+import atexit
 import logging
 from array import array
 from collections.abc import Sequence
@@ -441,7 +442,21 @@ def hicache_answer(q: Query) -> dict[str, Any]:
         built = build(hl.tree)
         stamp(built)
         cache = attach(built, hl.tree)
-        nodes = page_nodes(cache, hl.tree)
+    except (AssertionError, ValueError) as err:
+        raise Unsupported(f"SGLang refuses this configuration: {err}") from err
+    try:
+        return asked(cache, q, hl)
+    finally:
+        # init_hicache registers an exit hook per cache (unified_radix_cache.py:580),
+        # which would keep every cache of a campaign alive.
+        atexit.unregister(cache.shutdown)
+
+
+def asked(cache: Any, q: Query, hl: HostLayout) -> dict[str, Any]:
+    """The answer of the cache holding ``q`` with HiCache attached: the host part
+    demoted, the state checked, the request served and its KV checked."""
+    nodes = page_nodes(cache, hl.tree)
+    try:
         demote(cache, nodes, hl.device_blocks, hl.tree)
     except (AssertionError, ValueError) as err:
         raise Unsupported(f"SGLang refuses this configuration: {err}") from err
