@@ -323,15 +323,18 @@ class Coordinator:
         store's keys; the hit with those blocks. The hit's pool blocks must be held
         already: a new block may evict (and spill) any other."""
         restores = hit.restores()
+        # A spill may still uncache a pinned slot (a longer chain of its anchor takes
+        # its keys), never its data: its entry is read first.
+        entries = []
         for r in restores:
             self.stores[r.tier].slots.touch([r.slot])
+            entries.append(self.stores[r.tier].slots.key[r.slot])
         blocks = [list(b) for b in hit.blocks]
-        for r in restores:
+        for r, entry in zip(restores, entries):
+            assert entry is not None, "the lookup found the slot through its entry"
             block = self.pool.allocate()
             if self.transfer is not None:
                 self.transfer.load(r.tier, r.group, r.slot, block)
-            entry = self.stores[r.tier].slots.key[r.slot]
-            assert entry is not None, "a pinned slot keeps its block"
             self.pool.cache(block, r.group, entry.chain, entry.findable)
             blocks[r.group][r.index] = block
         for r in restores:
