@@ -109,9 +109,7 @@ class CacheHit:
         out = []
         for group, (blocks, tiers) in enumerate(zip(self.blocks, self.slots)):
             for index in (k for k, block in enumerate(blocks) if block < 0):
-                tier, slot = next(
-                    (t, int(s[index])) for t, s in enumerate(tiers) if s[index] >= 0
-                )
+                tier, slot = next((t, int(s[index])) for t, s in enumerate(tiers) if s[index] >= 0)
                 out.append(Restore(group, index, tier, slot))
         return out
 
