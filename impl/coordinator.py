@@ -40,7 +40,16 @@ from kvhit.impl.hashing import ROOT, BlockHasher, key_offset, keyed_units
 from kvhit.impl.managers import manager_for
 from kvhit.impl.offload import OffloadStore, Restore, Transfer
 from kvhit.impl.pool import NULL_BLOCK, BlockPool, Entry
-from kvhit.model.spec import Group, Kind, Query, Upto, default_alignment, fine_row, reused_range
+from kvhit.model.spec import (
+    Group,
+    Kind,
+    Query,
+    Tier,
+    Upto,
+    default_alignment,
+    fine_row,
+    reused_range,
+)
 
 Copy = Callable[[int, int, int], None]
 """``copy(group, source, destination)``: copy one block's data to another."""
@@ -276,30 +285,51 @@ class Coordinator:
         return first, ids[last]
 
     def snapshot(self, request: Request, max_length: int | None = None) -> dict[str, Any]:
-        """The cache state the request sees, as a normalized protocol query."""
-        rows = tuple(
-            coarse_row(g, u, tuple((i >= 0).tolist()))
-            for g, u, i in zip(self.groups, self.units, self.cached_ids(request))
+        """The cache state the request sees, as a normalized protocol query: the pool's
+        rows, and each offload store as a tier with a row for every group it holds."""
+        rows = self.rows(self.cached_ids(request))
+        tiers = tuple(
+            Tier(
+                store.name,
+                store.holds,
+                tuple(
+                    row if held else None
+                    for row, held in zip(self.rows(store.ids(request.hashes)), store.held)
+                ),
+            )
+            for store in self.stores
         )
         if max_length is None:
             max_length = request.num_tokens - 1
         return Query(
-            self.groups, rows, max_length, request.num_tokens, self.alignment, self.hash_unit
+            self.groups,
+            rows,
+            max_length,
+            request.num_tokens,
+            self.alignment,
+            self.hash_unit,
+            tiers,
         ).to_json()
+
+    def rows(self, ids: Sequence[torch.Tensor]) -> tuple[tuple[Any, ...], ...]:
+        """Protocol rows of each group's blocks, from where each keyed unit is held
+        (-1: nowhere)."""
+        return tuple(
+            coarse_row(g, u, tuple((i >= 0).tolist()))
+            for g, u, i in zip(self.groups, self.units, ids)
+        )
 
     def held_ids(self, request: Request) -> list[torch.Tensor]:
         """Per group, where each of the request's keyed units is held, or -1: its
         cached pool block, else the slot of the first store holding it, counted after
         the pool's blocks and the slots of the stores before it
         (:meth:`~kvhit.impl.offload.Transfers.view`)."""
-        out = []
-        for i, ids in enumerate(self.cached_ids(request)):
-            offset = len(self.pool.ref_cnt)
-            for store in self.stores:
-                slots = store.lookup(i, request.hashes[i])
-                ids = torch.where((ids < 0) & (slots >= 0), slots + offset, ids)
-                offset += len(store.slots.ref_cnt)
-            out.append(ids)
+        out = self.cached_ids(request)
+        offset = len(self.pool.ref_cnt)
+        for store in self.stores:
+            for i, slots in enumerate(store.ids(request.hashes)):
+                out[i] = torch.where((out[i] < 0) & (slots >= 0), slots + offset, out[i])
+            offset += len(store.slots.ref_cnt)
         return out
 
     def tables_at(self, request: Request, length: int) -> list[list[int]]:

@@ -65,6 +65,10 @@ class OffloadStore:
             return torch.full_like(keys, -1)
         return self.slots.lookup(group, keys, bound)
 
+    def ids(self, hashes: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Per group, the slot holding each of these unit keys, or -1."""
+        return [self.lookup(i, h) for i, h in enumerate(hashes)]
+
     def keep(self, entry: Entry) -> int | None:
         """Cache a copy of the block ``entry`` describes in a slot (the least recently
         used one goes) and return it for the data; None when this store does not hold

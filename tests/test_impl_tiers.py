@@ -9,11 +9,23 @@ no group set can serve, a Mamba state the store does not hold) reads NaN.
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from test_impl_fine import spec_answer
+from test_impl_workloads import Workload, check_every_candidate, random_workload, servable
+
+from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.impl.coordinator import Coordinator
 from kvhit.impl.engine import Engine
 from kvhit.impl.offload import Direction
-from kvhit.model.spec import Group, Kind
+from kvhit.model.algorithms import WRONG_TIER_COMBINATIONS
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Group, Kind, local_query, longest_hit
+from kvhit.targets.registry import get, model_target
 
+impl_target = get("impl")
 ALL = frozenset(Kind)
 HYBRID = [Group("full", 2), Group("sliding_window", 2, window=3), Group("mamba", 2)]
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2, 3]
@@ -86,3 +98,86 @@ def test_restoring_a_state_survives_a_spill_that_takes_its_slots_keys() -> None:
     # The restored block (the evicted one, reused) is copied into the request's own.
     assert allocated.blocks == ((evicted,),) and request.tables == [[other]]
     assert store.lookup(0, request.hashes[0]).tolist() == [-1]
+
+
+@dataclass
+class TieredWorkload(Workload):
+    """A workload whose engine has offload stores: (kinds held, slots) each."""
+
+    stores: list[tuple[frozenset[Kind], int]] = field(default_factory=list)
+
+    def engine(self, seed: int) -> Engine:
+        """A fresh engine for this workload, with its stores."""
+        engine = super().engine(seed)
+        for i, (holds, slots) in enumerate(self.stores):
+            engine.add_store(f"store{i}", holds, slots)
+        return engine
+
+
+def tiered_workload(rng: random.Random, fine: bool = False) -> TieredWorkload:
+    """A :func:`random_workload` of 8 prompts over the smallest pool that holds the
+    longest (so most blocks are evicted), with one or two stores, each holding some of
+    its kinds in a few slots."""
+    w = random_workload(rng, requests=8, fine=fine)
+    longest = max(map(len, w.prompts))
+    need = sum(-(-longest // g.block_size) for g in w.groups) + 1
+    kinds = sorted({g.kind for g in w.groups})
+    stores = [
+        (
+            frozenset(k for k in kinds if rng.random() < 0.7) or frozenset(kinds[:1]),
+            rng.randint(2, 2 * need),
+        )
+        for _ in range(rng.randint(1, 2))
+    ]
+    return TieredWorkload(**{**vars(w), "num_blocks": need}, stores=stores)
+
+
+def serve_tiered(workload: TieredWorkload, seed: int) -> Counter[str]:
+    """Serve every prompt of the workload, checking each against the spec on its tiered
+    snapshot and the output from scratch, and every candidate as
+    :func:`check_every_candidate` does; an answer of a known-wrong tier combination
+    longer than L* reads NaN. Counts what was seen."""
+    engine = workload.engine(seed)
+    seen: Counter[str] = Counter()
+    for prompt in workload.prompts:
+        scratch = engine.scratch(prompt)
+        request = engine.coord.request(prompt)
+        q = parse_query(engine.coord.snapshot(request))
+        engine.coord.free(request)
+        seen["poisoned"] += check_every_candidate(engine, prompt, scratch)
+        best = longest_hit(q).length
+        for name, wrong in WRONG_TIER_COMBINATIONS.items():
+            # Too long only by a drafter's rule, a wrong answer reads what the tiny
+            # model (which has no drafter) needs: check_every_candidate checks that.
+            if wrong(q) > best and not servable(q, wrong(q)):
+                assert engine.serve_from(prompt, wrong(q)).logits.isnan().any(), name
+                seen[name] += 1
+        served = engine.serve(prompt)
+        assert {"length": served.hit.length, "blocks": served.hit.indices()} == spec_answer(q)
+        assert not served.prefill.logits.isnan().any()
+        assert (served.prefill.logits - scratch[served.hit.length :]).abs().max() <= 1e-12
+        restores = [m for m in engine.transfers.take_log() if m.direction == Direction.RESTORE]
+        seen["restored"] += bool(restores)
+        seen["beyond the pool"] += served.hit.length > longest_hit(local_query(q)).length
+    return seen
+
+
+def test_hits_assembled_across_the_tiers_equal_scratch_and_wrong_ones_read_nan() -> None:
+    rng = random.Random(29)
+    seen: Counter[str] = Counter()
+    for seed in range(24):
+        seen += serve_tiered(tiered_workload(rng, fine=seed % 2 == 1), seed)
+    print(seen)
+    assert seen["restored"] > 10 and seen["beyond the pool"] > 10 and seen["poisoned"] > 0
+    assert all(seen[name] > 0 for name in WRONG_TIER_COMBINATIONS), seen
+
+
+def test_the_impl_target_answers_tiered_queries_like_the_model() -> None:
+    """One store per tier: the lookup finds the reconciled hit itself (length and
+    blocks), on queries where the tiers often lengthen it."""
+    queries = list(random_queries(seed=11, count=1500, shape=QueryShape.TIERED))
+    lengthened = sum(longest_hit(q).length > longest_hit(local_query(q)).length for q in queries)
+    assert lengthened > 200 and any(q.hash_unit for q in queries if q.tiers)
+    for q in queries:
+        query = q.to_json()
+        assert impl_target(query) == model_target(query), query
