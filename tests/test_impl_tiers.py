@@ -3,8 +3,11 @@
 The pool spills every block it evicts to an offload store (bounded, its own LRU), and
 a lookup counts a unit as held when the pool or a store has it; a reused block only a
 store holds is restored into the pool before the request runs. A hit assembled across
-the tiers gives the output from scratch; an assembly the spec does not allow (a length
-no group set can serve, a Mamba state the store does not hold) reads NaN.
+the tiers gives the output from scratch; an assembly the spec does not allow (the
+answer of a known-wrong combination, a Mamba state the store does not hold) reads NaN.
+The ``impl`` target answers tiered queries (one store per tier) as the model does, and
+the stateful impl reports its spills and restores, which a ledger follows into the
+stores and back.
 """
 
 from __future__ import annotations
@@ -12,18 +15,24 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from test_impl_fine import spec_answer
 from test_impl_workloads import Workload, check_every_candidate, random_workload, servable
 
+from kvhit.harness.compare import ReplyClass, judge_reply
+from kvhit.harness.ledger import Content, Ledger
 from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.impl.coordinator import Coordinator
 from kvhit.impl.engine import Engine
 from kvhit.impl.offload import Direction
+from kvhit.impl.stateful_target import StatefulImpl
 from kvhit.model.algorithms import WRONG_TIER_COMBINATIONS
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind, local_query, longest_hit
 from kvhit.targets.registry import get, model_target
+from kvhit.targets.runner import Reply
+from kvhit.targets.stateful import decode_admitted
 
 impl_target = get("impl")
 ALL = frozenset(Kind)
@@ -167,7 +176,6 @@ def test_hits_assembled_across_the_tiers_equal_scratch_and_wrong_ones_read_nan()
     seen: Counter[str] = Counter()
     for seed in range(24):
         seen += serve_tiered(tiered_workload(rng, fine=seed % 2 == 1), seed)
-    print(seen)
     assert seen["restored"] > 10 and seen["beyond the pool"] > 10 and seen["poisoned"] > 0
     assert all(seen[name] > 0 for name in WRONG_TIER_COMBINATIONS), seen
 
@@ -181,3 +189,104 @@ def test_the_impl_target_answers_tiered_queries_like_the_model() -> None:
     for q in queries:
         query = q.to_json()
         assert impl_target(query) == model_target(query), query
+
+
+class TierLedger(Ledger):
+    """The content ledger, following each block's content into a store and back by an
+    admit's ``moves`` (in order, before the hit is judged)."""
+
+    def __init__(self, hash_unit: int | None) -> None:
+        super().__init__(hash_unit)
+        self.slots: dict[tuple[int, int], Content | None] = {}
+
+    def move(self, moves: list[list[Any]]) -> None:
+        """Apply the moves: a spill copies a block's content to a slot, a restore a
+        slot's content to a block."""
+        for direction, source, destination in moves:
+            if direction == Direction.SPILL:
+                self.slots[tuple(destination)] = self.blocks.get(source)
+                continue
+            held = self.slots[tuple(source)]
+            assert held is not None, f"slot {source} was restored, but nothing was spilled there"
+            self.blocks[destination] = held
+
+
+def program_config(workload: TieredWorkload, alignment: int) -> dict[str, Any]:
+    """The stateful ``create`` message of the workload's engine."""
+    config: dict[str, Any] = {
+        "groups": [g.to_json() for g in workload.groups],
+        "num_blocks": workload.num_blocks,
+        "alignment": alignment,
+        "tiers": [
+            {"name": f"store{i}", "holds": sorted(holds), "num_blocks": slots}
+            for i, (holds, slots) in enumerate(workload.stores)
+        ],
+    }
+    return config if workload.hash_unit is None else {**config, "hash_unit": workload.hash_unit}
+
+
+def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> Counter[str]:
+    """Admit the prompts through the stateful impl, two requests running at a time;
+    judge every admit by the ledger (following the moves through the stores), on its
+    own tiered snapshot, and by its outputs, and check that no running request's block
+    is overwritten. Counts the admits that restored, and each kind of failure."""
+    config = program_config(workload, engine.engine.coord.alignment)
+    groups = tuple(workload.groups)
+    ledger = TierLedger(workload.hash_unit)
+    seen: Counter[str] = Counter()
+    running: list[int] = []
+    for request, prompt in enumerate(workload.prompts):
+        t = len(prompt)
+        shared = {key: config[key] for key in ("groups", "alignment", "hash_unit") if key in config}
+        q = parse_query({**shared, **engine.snapshot(prompt), "max_length": t - 1, "num_tokens": t})
+        answer = engine.admit(request, prompt)
+        admitted = decode_admitted(answer, groups)
+        assert admitted is not None, "the pool holds two of the longest prompt"
+        ledger.move(answer["moves"])
+        seen["stale"] += ledger.problem(groups, prompt, admitted).startswith("stale block")
+        listed = Reply("answer", {"length": admitted.length, "blocks": admitted.reused_indices()})
+        seen["wrong hit"] += judge_reply(q, listed, longest_hit(q)).cls != ReplyClass.OK
+        seen["outputs differ"] += not answer["outputs_match"]
+        ledger.record(groups, prompt, admitted, request, request)
+        ledger.hold(groups, prompt, admitted, request)
+        running.append(request)
+        if len(running) > 1:
+            finished = running.pop(0)
+            engine.finish(finished)
+            ledger.release(finished)
+        seen["overwritten"] += bool(ledger.overwritten())
+        seen["restored"] += any(move[0] == Direction.RESTORE for move in answer["moves"])
+    return seen
+
+
+def stateful_engine(workload: TieredWorkload, seed: int) -> StatefulImpl:
+    """The stateful impl of the workload, its pool large enough for two of the longest
+    prompt."""
+    config = program_config(workload, workload.engine(seed).coord.alignment)
+    return StatefulImpl({**config, "num_blocks": 2 * workload.num_blocks - 1}, seed)
+
+
+FAILURES = ("stale", "wrong hit", "outputs differ", "overwritten")
+
+
+def test_the_stateful_impl_spills_and_restores_what_the_ledger_follows() -> None:
+    rng = random.Random(5)
+    seen: Counter[str] = Counter()
+    for seed in range(40):
+        workload = tiered_workload(rng, fine=seed % 2 == 1)
+        seen += run_stateful(workload, seed, stateful_engine(workload, seed))
+    assert seen["restored"] > 10 and not any(seen[f] for f in FAILURES), seen
+
+
+def test_the_ledger_sees_a_store_that_keeps_the_keys_of_what_it_evicted() -> None:
+    """A broken store whose eviction forgets nothing: a slot given to another block is
+    still found under the keys of the one it held. What it restores is stale."""
+    rng = random.Random(5)
+    seen: Counter[str] = Counter()
+    for seed in range(40):
+        workload = tiered_workload(rng, fine=seed % 2 == 1)
+        engine = stateful_engine(workload, seed)
+        for store in engine.engine.coord.stores:
+            store.slots.uncache = lambda block: None  # type: ignore[method-assign]
+        seen += run_stateful(workload, seed, engine)
+    assert seen["stale"] > 0 and seen["outputs differ"] > 0, seen
