@@ -24,12 +24,17 @@ from kvhit.harness.compare import ReplyClass, judge_reply
 from kvhit.harness.ledger import Content, Ledger
 from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.impl.coordinator import Coordinator
-from kvhit.impl.engine import Engine
-from kvhit.impl.offload import Direction
+from kvhit.impl.engine import Engine, Served
+from kvhit.impl.offload import Direction, Move
 from kvhit.impl.stateful_target import StatefulImpl
-from kvhit.model.algorithms import WRONG_TIER_COMBINATIONS
+from kvhit.model.algorithms import (
+    WRONG_TIER_COMBINATIONS,
+    dense_min_mamba_trimmed,
+    full_attention_alone,
+)
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Kind, local_query, longest_hit
+from kvhit.model.spec import LOCAL, Group, Kind, Query, local_query, longest_hit
+from kvhit.model.tiers import Load, hit_plan
 from kvhit.targets.registry import get, model_target
 from kvhit.targets.runner import Reply
 from kvhit.targets.stateful import decode_admitted
@@ -39,7 +44,7 @@ ALL = frozenset(Kind)
 HYBRID = [Group("full", 2), Group("sliding_window", 2, window=3), Group("mamba", 2)]
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2, 3]
 OTHER = [3, 3, 3, 2, 2, 2, 1, 1, 1]
-LONGER = [*PROMPT, 0, 0]
+LONGER = [*PROMPT, 0]
 
 
 def engine_with_store(holds: frozenset[Kind], num_slots: int = 16) -> Engine:
@@ -68,8 +73,22 @@ def test_evicted_blocks_are_spilled_and_a_later_hit_restores_them() -> None:
     assert (served.prefill.logits - scratch[8:]).abs().max() <= 1e-12
     # The restored blocks are cached in the pool again: the next hit needs no store.
     again = engine.serve(LONGER)
-    assert again.hit.length == 10
+    assert again.hit.length == 8
     assert all(m.direction == Direction.SPILL for m in engine.transfers.take_log())
+
+
+def test_without_the_mamba_states_no_hit_and_trusting_the_attention_groups_reads_nan() -> None:
+    """The store holds full and window KV but no Mamba state: PROMPT's attention KV is
+    all held, no state is, so L* = 0. Full attention alone (and the dense min with the
+    Mamba list trimmed) answer 8, and a prefill from 8 reads a state held nowhere."""
+    engine = spilled(engine_with_store(frozenset({Kind.FULL, Kind.SLIDING_WINDOW})))
+    request = engine.coord.request(LONGER)
+    q = parse_query(engine.coord.snapshot(request))
+    engine.coord.free(request)
+    assert longest_hit(q).length == 0
+    assert full_attention_alone(q) == dense_min_mamba_trimmed(q) == 8
+    assert engine.serve_from(LONGER, 8).logits.isnan().all()
+    assert engine.serve(LONGER).hit.length == 0
 
 
 def test_a_store_keeps_its_most_recent_spills_and_only_the_kinds_it_holds() -> None:
@@ -141,6 +160,30 @@ def tiered_workload(rng: random.Random, fine: bool = False) -> TieredWorkload:
     return TieredWorkload(**{**vars(w), "num_blocks": need}, stores=stores)
 
 
+def restored_from(engine: Engine, served: Served, restores: list[Move]) -> set[Load]:
+    """Each block the admit restored: its group, block index and store."""
+    out = set()
+    for m in restores:
+        index = served.hit.first[m.group] + served.hit.blocks[m.group].index(m.block)
+        out.add(Load(m.group, index, engine.coord.stores[m.tier].name))
+    return out
+
+
+def check_sources(q: Query, length: int, restored: set[Load]) -> None:
+    """The admit restored what the spec's plan at ``length`` loads from a tier
+    (:func:`~kvhit.model.tiers.hit_plan`). With a hash unit the plan loads unit by
+    unit: a block whose last needed unit is in a store is restored whole from the
+    first store holding that unit (its copy holds every unit of the block before it)."""
+    loads = hit_plan(q, length).loads
+    tier = {x for x in loads if x.source != LOCAL}
+    if q.hash_unit is None:
+        assert restored == tier
+        return
+    local = {(x.group, x.block) for x in loads if x.source == LOCAL}
+    blocks = {(x.group, x.block) for x in restored}
+    assert restored <= tier and {(x.group, x.block) for x in tier} - local <= blocks
+
+
 def serve_tiered(workload: TieredWorkload, seed: int) -> Counter[str]:
     """Serve every prompt of the workload, checking each against the spec on its tiered
     snapshot and the output from scratch, and every candidate as
@@ -167,6 +210,7 @@ def serve_tiered(workload: TieredWorkload, seed: int) -> Counter[str]:
         assert (served.prefill.logits - scratch[served.hit.length :]).abs().max() <= 1e-12
         restores = [m for m in engine.transfers.take_log() if m.direction == Direction.RESTORE]
         seen["restored"] += bool(restores)
+        check_sources(q, served.hit.length, restored_from(engine, served, restores))
         seen["beyond the pool"] += served.hit.length > longest_hit(local_query(q)).length
     return seen
 
