@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
 import torch
@@ -39,6 +38,7 @@ from kvhit.impl.hashing import BlockHasher
 from kvhit.impl.pool import BlockPool, Entry
 from kvhit.impl.tiny_model import PagedStore
 from kvhit.model.spec import Group, Kind
+from kvhit.targets.stateful import Direction, TierMove
 
 
 class OffloadStore:
@@ -95,13 +95,6 @@ class Transfer(Protocol):
         """Copy slot ``slot`` of store ``tier`` into pool block ``block`` of ``group``."""
 
 
-class Direction(StrEnum):
-    """Which way a block's data moved."""
-
-    SPILL = "spill"
-    RESTORE = "restore"
-
-
 @dataclass(frozen=True)
 class Move:
     """One block's data moved between pool block ``block`` and slot ``slot`` of store
@@ -114,12 +107,8 @@ class Move:
     slot: int
 
     def to_json(self) -> list[object]:
-        """``[direction, source, destination]``: a pool block is its id, a store slot
-        ``[tier, slot]``."""
-        there = [self.tier, self.slot]
-        if self.direction == Direction.SPILL:
-            return [str(self.direction), self.block, there]
-        return [str(self.direction), there, self.block]
+        """The stateful protocol's form (:class:`~kvhit.targets.stateful.TierMove`)."""
+        return TierMove(self.direction, self.block, self.tier, self.slot).to_json()
 
 
 class Transfers:

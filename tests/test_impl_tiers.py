@@ -21,11 +21,11 @@ from test_impl_fine import spec_answer
 from test_impl_workloads import Workload, check_every_candidate, random_workload, servable
 
 from kvhit.harness.compare import ReplyClass, judge_reply
-from kvhit.harness.ledger import Content, Ledger
+from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.impl.coordinator import Coordinator
 from kvhit.impl.engine import Engine, Served
-from kvhit.impl.offload import Direction, Move
+from kvhit.impl.offload import Move
 from kvhit.impl.stateful_target import StatefulImpl
 from kvhit.model.algorithms import (
     WRONG_TIER_COMBINATIONS,
@@ -37,7 +37,7 @@ from kvhit.model.spec import LOCAL, Group, Kind, Query, local_query, longest_hit
 from kvhit.model.tiers import Load, hit_plan
 from kvhit.targets.registry import get, model_target
 from kvhit.targets.runner import Reply
-from kvhit.targets.stateful import decode_admitted
+from kvhit.targets.stateful import Direction, decode_admitted
 
 impl_target = get("impl")
 ALL = frozenset(Kind)
@@ -235,26 +235,6 @@ def test_the_impl_target_answers_tiered_queries_like_the_model() -> None:
         assert impl_target(query) == model_target(query), query
 
 
-class TierLedger(Ledger):
-    """The content ledger, following each block's content into a store and back by an
-    admit's ``moves`` (in order, before the hit is judged)."""
-
-    def __init__(self, hash_unit: int | None) -> None:
-        super().__init__(hash_unit)
-        self.slots: dict[tuple[int, int], Content | None] = {}
-
-    def move(self, moves: list[list[Any]]) -> None:
-        """Apply the moves: a spill copies a block's content to a slot, a restore a
-        slot's content to a block."""
-        for direction, source, destination in moves:
-            if direction == Direction.SPILL:
-                self.slots[tuple(destination)] = self.blocks.get(source)
-                continue
-            held = self.slots[tuple(source)]
-            assert held is not None, f"slot {source} was restored, but nothing was spilled there"
-            self.blocks[destination] = held
-
-
 def program_config(workload: TieredWorkload, alignment: int) -> dict[str, Any]:
     """The stateful ``create`` message of the workload's engine."""
     config: dict[str, Any] = {
@@ -276,7 +256,7 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
     is overwritten. Counts the admits that restored, and each kind of failure."""
     config = program_config(workload, engine.engine.coord.alignment)
     groups = tuple(workload.groups)
-    ledger = TierLedger(workload.hash_unit)
+    ledger = Ledger(workload.hash_unit)
     seen: Counter[str] = Counter()
     running: list[int] = []
     for request, prompt in enumerate(workload.prompts):
@@ -284,9 +264,9 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
         shared = {key: config[key] for key in ("groups", "alignment", "hash_unit") if key in config}
         q = parse_query({**shared, **engine.snapshot(prompt), "max_length": t - 1, "num_tokens": t})
         answer = engine.admit(request, prompt)
-        admitted = decode_admitted(answer, groups)
+        admitted = decode_admitted(answer, groups, len(workload.stores))
         assert admitted is not None, "the pool holds two of the longest prompt"
-        ledger.move(answer["moves"])
+        ledger.move(admitted.moves)
         seen["stale"] += ledger.problem(groups, prompt, admitted).startswith("stale block")
         listed = Reply("answer", {"length": admitted.length, "blocks": admitted.reused_indices()})
         seen["wrong hit"] += judge_reply(q, listed, longest_hit(q)).cls != ReplyClass.OK
@@ -299,7 +279,7 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
             engine.finish(finished)
             ledger.release(finished)
         seen["overwritten"] += bool(ledger.overwritten())
-        seen["restored"] += any(move[0] == Direction.RESTORE for move in answer["moves"])
+        seen["restored"] += any(m.direction == Direction.RESTORE for m in admitted.moves)
     return seen
 
 
