@@ -15,7 +15,7 @@ from typing import Any
 from kvhit.draw import draw, explain, judge, verdict
 from kvhit.errors import BadInput
 from kvhit.model.algorithms import WRONG_TIER_COMBINATIONS
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.spec import Kind, Query, longest_hit
 from kvhit.model.tiers import hit_plan
 from kvhit.reference import finder_results, fixed_point_answer
 
@@ -35,18 +35,29 @@ def check_report(q: Query) -> dict[str, Any]:
         "min_of_groups_verdict": verdict(min_length, best.length),
         "per_group": per_group,
         **(tier_report(q, best.length) if q.tiers else {}),
+        **(wrong_combinations(q) if diverging(q) else {}),
     }
+
+
+def diverging(q: Query) -> bool:
+    """Whether per-group hits can diverge the way the known-wrong tier combinations
+    mishandle: the query has tiers or a Mamba group."""
+    return bool(q.tiers) or any(g.kind == Kind.MAMBA for g in q.groups)
 
 
 def tier_report(q: Query, length: int) -> dict[str, Any]:
     """A tiered query's part of the report: where each reused block is loaded from,
-    the tokens computed, and what each known-wrong combination answers."""
+    and the tokens computed."""
     work = hit_plan(q, length)
     return {
         "loads": [[x.group, x.block, x.source] for x in work.loads],
         "recompute": [work.recompute.start, work.recompute.stop],
-        "wrong_combinations": {name: f(q) for name, f in WRONG_TIER_COMBINATIONS.items()},
     }
+
+
+def wrong_combinations(q: Query) -> dict[str, Any]:
+    """What each known-wrong combination of per-group hits answers (docs/design.md §1.7)."""
+    return {"wrong_combinations": {name: f(q) for name, f in WRONG_TIER_COMBINATIONS.items()}}
 
 
 def check_text(q: Query, report: dict[str, Any]) -> str:
