@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import z3
+from test_proofs_tiers import tier_rows_lent
 
 from kvhit.impl import coordinator, formula
 from kvhit.model import algorithms, finders, spec
@@ -27,7 +28,7 @@ from kvhit.proofs import common
 from kvhit.proofs import linearize as linear
 from kvhit.proofs.registry import Status, all_theorems, get
 from kvhit.proofs.runner import run_theorem
-from kvhit.proofs.theorems import contracts, eagle, min_groups, rounding
+from kvhit.proofs.theorems import contracts, eagle, min_groups, rounding, tiers
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 
@@ -201,6 +202,11 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
         lambda mp: mp.setattr(spec.Group, "eagle", property(none_drafter_drops)),
     ),
     "fine_row_faithful": (2, patch_fine_row),
+    "tiered_fixed_point_longest": (2, lambda mp: mp.setattr(spec, "tier_rows", tier_rows_lent)),
+    "tiered_fixed_point_longest_wide": (
+        1,
+        lambda mp: mp.setattr(spec, "tier_rows", tier_rows_lent),
+    ),
 }
 """Claims expected to hold: (bound, the break)."""
 
@@ -235,6 +241,13 @@ REPAIRS: dict[str, tuple[int, Patch]] = {
         3,
         lambda mp: mp.setattr(spec, "window_span", lambda g, ops=PY: g.window + 10**6),
     ),
+    **{
+        f"{name}_safe": (
+            3,
+            lambda mp, name=name: mp.setattr(algorithms, name, algorithms.fixed_point),
+        )
+        for name, _, _ in tiers.WRONG
+    },
 }
 """Known-wrong algorithms: (bound, the repair)."""
 
@@ -245,6 +258,7 @@ DEFAULT_CATCHES: dict[str, tuple[str, Patch]] = {
         lambda mp: mp.setattr(contracts, "CONFIGS", ((2, 4),)),
     ),
     "finder_contracts_bounded_unit_blocks": ("full_evaluate_once", lambda mp: None),
+    "tiered_fixed_point_longest_wide": ("tiered_fixed_point_longest", lambda mp: None),
 }
 """A deep theorem (run only under --deep): the theorem of the default suite that
 refutes its break too, and how to keep that run small (fewer of the same goals)."""

@@ -159,9 +159,12 @@ b = A = 2."""
 
 WIDE_SETS: tuple[tuple[int, int, tuple[GroupSet, ...]], ...] = (
     (1, 1, (*ALL_SETS, HYBRID)),
-    (2, 2, (*ALL_SETS, HYBRID)),
+    (2, 2, tuple(s for s in (*ALL_SETS, HYBRID) if Kind.CHUNKED_LOCAL not in s)),
 )
-"""The deep variant's: every set of one or two groups and :data:`HYBRID` at both."""
+"""The deep variant's: every set of one or two groups and :data:`HYBRID` at b = A = 1,
+and those without a chunked local group at b = A = 2 (a symbolic chunk over blocks of
+two makes z3's nonlinear search time out: the chunked finder's contract at every b
+is theorem 3's)."""
 
 
 def label(kinds: GroupSet, block_size: int, alignment: int) -> str:
@@ -301,14 +304,14 @@ THEOREMS = [
     ),
     Theorem(
         name="tiered_fixed_point_longest_wide",
-        statement=LONGEST + " Every set at both block sizes, deeper (--deep).",
+        statement=LONGEST + " More group sets at b = A = 2, deeper (--deep).",
         expected=Status.PROVED,
         bounded=True,
         bound=5,
         build=longest_goals(WIDE_SETS),
         rests_on="model code: fixed_point, held_query, finders; reused_range",
         scope="M <= N blocks; 1-2 groups of every kind and full+sliding_window+mamba at "
-        f"b/A 1/1 and 2/2; {TIERS_SCOPE}",
+        f"b/A 1/1, those without chunked_local at 2/2; {TIERS_SCOPE}",
         deep=True,
     ),
     *(safety_theorem(attribute, name, source) for attribute, name, source in WRONG),
