@@ -28,7 +28,7 @@ from kvhit.proofs import common
 from kvhit.proofs import linearize as linear
 from kvhit.proofs.registry import Status, all_theorems, get
 from kvhit.proofs.runner import run_theorem
-from kvhit.proofs.theorems import contracts, eagle, min_groups, rounding, tiers
+from kvhit.proofs.theorems import contracts, eagle, min_groups, rounding
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 
@@ -242,11 +242,13 @@ REPAIRS: dict[str, tuple[int, Patch]] = {
         lambda mp: mp.setattr(spec, "window_span", lambda g, ops=PY: g.window + 10**6),
     ),
     **{
-        f"{name}_safe": (
+        f"{run.__name__}_safe": (
             3,
-            lambda mp, name=name: mp.setattr(algorithms, name, algorithms.fixed_point),
+            lambda mp, name=name: mp.setitem(
+                algorithms.WRONG_TIER_COMBINATIONS, name, algorithms.fixed_point
+            ),
         )
-        for name, _, _ in tiers.WRONG
+        for name, run in algorithms.WRONG_TIER_COMBINATIONS.items()
     },
 }
 """Known-wrong algorithms: (bound, the repair)."""

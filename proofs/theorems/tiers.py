@@ -15,10 +15,11 @@ two tier rows per group).
   tier's row to a group of a kind it does not hold, is refuted.
 - ``max_of_groups_safe``, ``full_attention_alone_safe``,
   ``dense_min_mamba_trimmed_safe``, ``local_then_external_safe``: the known-wrong
-  combinations of :mod:`kvhit.model.algorithms` never answer more than L*, each
-  refuted by an unsafe counterexample on a hybrid Mamba set, one the algorithm
-  answers right on the pool alone (the tiers are what it gets wrong), with the
-  smallest M, then the fewest held blocks, local and tier alike.
+  combinations (:data:`~kvhit.model.algorithms.WRONG_TIER_COMBINATIONS`) never
+  answer more than L*, each
+  refuted by an unsafe counterexample on a hybrid Mamba set whose pool alone has a
+  hit, which the algorithm answers right (the tiers are what it gets wrong), with
+  the smallest M, then the fewest held blocks, local and tier alike.
 
     >>> [goal.name for goal in longest_goals(LONGEST_SETS)(2)][:2]
     ['1 group: full b=1 (A=1)', '1 group: sliding_window b=1 (A=1)']
@@ -219,12 +220,14 @@ REFUTATION_SETS: tuple[GroupSet, ...] = (
 
 
 def safety_goal(kinds: GroupSet, name: str, run: Algorithm, blocks: int) -> Goal:
-    """A counterexample to "``run`` never answers more than L*" on a tiered query on
-    whose pool alone ``run`` answers L*; the smallest M, then the fewest held blocks."""
+    """A counterexample to "``run`` never answers more than L*" on a tiered query
+    whose pool alone has a hit (L* > 0), which ``run`` answers right; the smallest M,
+    then the fewest held blocks."""
     sq = tiered_sym_query(kinds, blocks, "tsafe")
     local = replace(sq, query=local_query(sq.query))
-    sq.pre.append(run(local.query, sq.ops) == spec_answer(local))
-    note = "right on the pool alone; smallest M, then fewest held blocks"
+    pool_best = spec_answer(local)
+    sq.pre += [pool_best > 0, run(local.query, sq.ops) == pool_best]
+    note = "right on the pool alone, which has a hit; smallest M, then fewest held blocks"
     return Goal(
         label(kinds, 1, 1),
         sq.pre,
@@ -241,42 +244,34 @@ def pool_alone(run: Algorithm) -> Algorithm:
     return lambda q: run(local_query(q))
 
 
-def safety_goals(name: str, attribute: str) -> Callable[[int | None], list[Goal]]:
-    """The goals of one known-wrong combination, ``algorithms.<attribute>`` (looked up
-    when the goals are built)."""
+def safety_goals(name: str) -> Callable[[int | None], list[Goal]]:
+    """The goals of one known-wrong combination, by its name in
+    :data:`~kvhit.model.algorithms.WRONG_TIER_COMBINATIONS` (looked up when the goals
+    are built)."""
 
     def build(bound: int | None) -> list[Goal]:
-        run = getattr(algorithms, attribute)
+        run: Algorithm = algorithms.WRONG_TIER_COMBINATIONS[name]
         return [safety_goal(kinds, name, run, bound or 4) for kinds in REFUTATION_SETS]
 
     return build
 
 
-WRONG: tuple[tuple[str, str, str], ...] = (
-    ("max_of_groups", "max of groups", "vLLM #46453"),
-    ("full_attention_alone", "full attention alone", "the full-attention group's hit alone"),
-    ("dense_min_mamba_trimmed", "dense min, Mamba trimmed", "vLLM #45804"),
-    ("local_then_external", "local then external", "LMCache #4674, vLLM PR #54302"),
-)
-"""The known-wrong combinations: the algorithm, its name in a counterexample, where
-engines shipped it."""
-
-
-def safety_theorem(attribute: str, name: str, source: str) -> Theorem:
-    """The theorem "``name`` is safe on tiered queries", expected refuted."""
+def safety_theorem(name: str, run: Algorithm) -> Theorem:
+    """The theorem "the combination ``name`` (the model's ``run``) is safe on tiered
+    queries", expected refuted."""
     return Theorem(
-        name=f"{attribute}_safe",
+        name=f"{run.__name__}_safe",
         statement=(
-            f"The {name} combination ({source}) never answers more than L* on a tiered "
-            "query (known wrong): refuted by an unsafe counterexample it answers right on "
-            "the pool alone, minimized (smallest M, then fewest held blocks, local and tier)."
+            f"The {name} combination never answers more than L* on a tiered query (known "
+            "wrong): refuted by an unsafe counterexample whose pool alone has a hit it "
+            "answers right, minimized (smallest M, then fewest held blocks, local and tier)."
         ),
         expected=Status.REFUTED,
         bounded=True,
         bound=4,
         quick_bound=3,
-        build=safety_goals(name, attribute),
-        rests_on=f"model code: {attribute}, held_query, finders",
+        build=safety_goals(name),
+        rests_on=f"model code: {run.__name__}, held_query, finders",
         scope="M <= N; full+mamba, sliding_window+mamba, full+sliding_window+mamba; "
         f"b = A = 1; {TIERS_SCOPE}",
     )
@@ -314,5 +309,5 @@ THEOREMS = [
         f"b/A 1/1, those without chunked_local at 2/2; {TIERS_SCOPE}",
         deep=True,
     ),
-    *(safety_theorem(attribute, name, source) for attribute, name, source in WRONG),
+    *(safety_theorem(name, run) for name, run in algorithms.WRONG_TIER_COMBINATIONS.items()),
 ]
