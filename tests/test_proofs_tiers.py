@@ -37,6 +37,8 @@ def tier_rows_lent(t: Tier) -> tuple[Any, ...]:
 def test_the_fixed_point_over_tiers_is_proved_at_a_small_bound() -> None:
     result = run_theorem(get("tiered_fixed_point_longest"), bound=2)
     assert result.status == Status.PROVED, result.detail
+    # every goal unsat, and its assumptions alone sat (the vacuity check's context)
+    assert all(g.status == "unsat" and g.context for g in result.goals)
     names = [g.name for g in result.goals]
     assert "3 groups: full b=1, sliding_window b=1, mamba b=1 (A=1)" in names
     assert "2 groups: full b=2, mamba b=2 (A=2)" in names

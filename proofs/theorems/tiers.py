@@ -16,10 +16,10 @@ two tier rows per group).
 - ``max_of_groups_safe``, ``full_attention_alone_safe``,
   ``dense_min_mamba_trimmed_safe``, ``local_then_external_safe``: the known-wrong
   combinations (:data:`~kvhit.model.algorithms.WRONG_TIER_COMBINATIONS`) never
-  answer more than L*, each
-  refuted by an unsafe counterexample on a hybrid Mamba set whose pool alone has a
-  hit, which the algorithm answers right (the tiers are what it gets wrong), with
-  the smallest M, then the fewest held blocks, local and tier alike.
+  answer more than L*, each refuted by an unsafe counterexample on a hybrid Mamba
+  set whose pool alone has a hit, which the algorithm answers right (the tiers are
+  what it gets wrong), with the smallest M, then the fewest held blocks, local and
+  tier alike.
 
     >>> [goal.name for goal in longest_goals(LONGEST_SETS)(2)][:2]
     ['1 group: full b=1 (A=1)', '1 group: sliding_window b=1 (A=1)']
@@ -89,7 +89,8 @@ class TieredSymQuery(SymQuery):
 
     def cached_count(self) -> Any:
         """How many blocks the pool and the tiers hold, over every group."""
-        rows = [*self.query.cached, *(r for t in self.query.tiers for r in t.cached if r)]
+        tiers = (row for t in self.query.tiers for row in t.cached if row is not None)
+        rows = [*self.query.cached, *tiers]
         return z3.Sum([z3.If(self.ops.bit(row, j), 1, 0) for row in rows for j in range(len(row))])
 
 
@@ -121,7 +122,8 @@ def loadable(q: Query, length: Any, ops: Ops = PY) -> Any:
     query has no hash unit and no drafter."""
     served = []
     for i, g in enumerate(q.groups):
-        rows = [q.cached[i], *(t.cached[i] for t in q.tiers if g.kind in t.holds and t.cached[i])]
+        tiers = (t.cached[i] for t in q.tiers if g.kind in t.holds and t.cached[i] is not None)
+        rows = [q.cached[i], *tiers]
         width = max(len(row) for row in rows)
         lo, hi = reused_range(g, length, ops)
         served.append(hi <= width)
