@@ -203,10 +203,6 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
     ),
     "fine_row_faithful": (2, patch_fine_row),
     "tiered_fixed_point_longest": (2, lambda mp: mp.setattr(spec, "tier_rows", tier_rows_lent)),
-    "tiered_fixed_point_longest_wide": (
-        1,
-        lambda mp: mp.setattr(spec, "tier_rows", tier_rows_lent),
-    ),
 }
 """Claims expected to hold: (bound, the break)."""
 
@@ -260,7 +256,6 @@ DEFAULT_CATCHES: dict[str, tuple[str, Patch]] = {
         lambda mp: mp.setattr(contracts, "CONFIGS", ((2, 4),)),
     ),
     "finder_contracts_bounded_unit_blocks": ("full_evaluate_once", lambda mp: None),
-    "tiered_fixed_point_longest_wide": ("tiered_fixed_point_longest", lambda mp: None),
 }
 """A deep theorem (run only under --deep): the theorem of the default suite that
 refutes its break too, and how to keep that run small (fewer of the same goals)."""

@@ -44,12 +44,6 @@ def test_the_fixed_point_over_tiers_is_proved_at_a_small_bound() -> None:
     assert "2 groups: full b=2, mamba b=2 (A=2)" in names
 
 
-def test_the_wide_variant_is_deep_and_proved_at_a_small_bound() -> None:
-    theorem = get("tiered_fixed_point_longest_wide")
-    assert theorem.deep and theorem.bound_for() > get("tiered_fixed_point_longest").bound_for()
-    assert run_theorem(theorem, bound=1).status == Status.PROVED
-
-
 def refutation(attribute: str) -> Counterexample:
     result = run_theorem(get(f"{attribute}_safe"), bound=3)
     assert result.status == Status.REFUTED, result.detail
