@@ -89,7 +89,9 @@ SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sgl
 BUILTINS: dict[str, BuiltIn] = {
     "model": BuiltIn("kvhit.targets.registry:model_target", shape="tiered"),
     "seed-min": BuiltIn("kvhit.targets.registry:seed_min_target"),
-    "impl": BuiltIn("kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl"),
+    "impl": BuiltIn(
+        "kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl", shape="tiered"
+    ),
     "vllm": BuiltIn(
         "kvhit.engines.vllm.target:vllm_target",
         "kvhit.engines.vllm.manager:VllmManagerEngine",
