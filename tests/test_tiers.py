@@ -22,7 +22,7 @@ from kvhit.model.algorithms import (
 from kvhit.model.protocol import QueryError, parse_query
 from kvhit.model.spec import LOCAL, held_query, local_query, longest_hit, valid_all
 from kvhit.model.tiers import hit_plan
-from kvhit.reference import fixed_point_answer
+from kvhit.reference import fixed_point_answer, wrong_tier_answers
 from kvhit.targets.registry import get
 from kvhit.targets.runner import CallableRunner
 from kvhit.targets.stateful import Program
@@ -264,3 +264,16 @@ def test_the_stateful_impl_passes_a_campaign_of_engines_with_stores(tmp_path):
         ],
     )
     assert out.exit_code == 0, out.output
+
+
+def test_the_reference_answers_each_wrong_combination_as_the_model_does():
+    for q in random_queries(9, 1500, shape="tiered"):
+        model = {name: wrong(q) for name, wrong in WRONG_TIER_COMBINATIONS.items()}
+        assert wrong_tier_answers(q) == model, q
+
+
+def test_check_answers_the_wrong_combinations_at_a_huge_max_length():
+    q = parse_query({**FULL_MAMBA, "max_length": 10**12})
+    out = CliRunner().invoke(main, ["check", "-"], input=json.dumps(q.to_json()))
+    assert out.exit_code == 0, out.output
+    assert "max of groups answered 8 (unsafe)" in out.output
