@@ -15,6 +15,7 @@ NEEDS = {  # modules that import an optional engine
     "kvhit.engines.vllm.manager": "vllm",
     "kvhit.engines.sglang.target": "sglang",
     "kvhit.engines.sglang.cache": "sglang",
+    "kvhit.engines.sglang.hicache": "sglang",
 }
 
 
