@@ -14,7 +14,9 @@ from typing import Any
 
 from kvhit.draw import draw, explain, judge, verdict
 from kvhit.errors import BadInput
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.algorithms import WRONG_TIER_COMBINATIONS
+from kvhit.model.spec import Kind, Query, longest_hit
+from kvhit.model.tiers import hit_plan
 from kvhit.reference import finder_results, fixed_point_answer
 
 
@@ -32,7 +34,30 @@ def check_report(q: Query) -> dict[str, Any]:
         "min_of_groups": min_length,
         "min_of_groups_verdict": verdict(min_length, best.length),
         "per_group": per_group,
+        **(tier_report(q, best.length) if q.tiers else {}),
+        **(wrong_combinations(q) if diverging(q) else {}),
     }
+
+
+def diverging(q: Query) -> bool:
+    """Whether per-group hits can diverge the way the known-wrong tier combinations
+    mishandle: the query has tiers or a Mamba group."""
+    return bool(q.tiers) or any(g.kind == Kind.MAMBA for g in q.groups)
+
+
+def tier_report(q: Query, length: int) -> dict[str, Any]:
+    """A tiered query's part of the report: where each reused block is loaded from,
+    and the tokens computed."""
+    work = hit_plan(q, length)
+    return {
+        "loads": [[x.group, x.block, x.source] for x in work.loads],
+        "recompute": [work.recompute.start, work.recompute.stop],
+    }
+
+
+def wrong_combinations(q: Query) -> dict[str, Any]:
+    """What each known-wrong combination of per-group hits answers (docs/design.md §1.7)."""
+    return {"wrong_combinations": {name: f(q) for name, f in WRONG_TIER_COMBINATIONS.items()}}
 
 
 def check_text(q: Query, report: dict[str, Any]) -> str:
@@ -46,8 +71,36 @@ def check_text(q: Query, report: dict[str, Any]) -> str:
         f"L* = {report['length']} (fixed point {report['fixed_point']}, "
         f"brute force {report['brute_force']}): reuses {reused or 'nothing'}"
     )
+    if q.tiers:
+        lines.append(
+            f"loads {loads_text(report['loads'])}; computes tokens {report['recompute'][0]} … {report['recompute'][1] - 1}"
+        )
     lines.append(judge(q, "min of groups", report["min_of_groups"]))
+    for name, length in report.get("wrong_combinations", {}).items():
+        lines.append(judge(q, name, length))
     return "\n".join(lines)
+
+
+def loads_text(loads: list[list[Any]]) -> str:
+    """Where the reused blocks come from, group by group.
+
+    >>> loads_text([[0, 0, "local"], [0, 1, "cpu"], [0, 2, "cpu"], [1, 2, "local"]])
+    'group 0: block 0 from local, blocks 1, 2 from cpu; group 1: block 2 from local'
+    """
+    parts: list[str] = []
+    for g in sorted({x[0] for x in loads}):
+        runs: list[tuple[str, list[int]]] = []
+        for _, block, source in (x for x in loads if x[0] == g):
+            if runs and runs[-1][0] == source:
+                runs[-1][1].append(block)
+            else:
+                runs.append((source, [block]))
+        said = ", ".join(
+            f"block{'s' if len(b) > 1 else ''} {', '.join(map(str, b))} from {src}"
+            for src, b in runs
+        )
+        parts.append(f"group {g}: {said}")
+    return "; ".join(parts) or "nothing"
 
 
 def explain_text(q: Query, length: int, label: str) -> str:

@@ -97,6 +97,7 @@ def check(file: str, as_json: bool, explain_at: int | None) -> None:
 
 VERIFY_SECTIONS = [
     ("seed facts", "kvhit.cli.verify:examples_section"),
+    ("tier facts", "kvhit.cli.verify:tiers_section"),
     ("proofs", "kvhit.cli.prove:verify_section"),
     ("gate", "kvhit.cli.campaign:verify_section"),
 ]
@@ -105,7 +106,7 @@ VERIFY_SECTIONS = [
 @main.command()
 @click.option("--quick", is_flag=True, help="Smaller proof bounds and fuzz budgets.")
 def verify(quick: bool) -> None:
-    """The main job: the seed facts, the proof suite, the gate on impl, seed-min caught."""
+    """The main job: the seed and tier facts, the proof suite, the gate on impl, seed-min caught."""
     from kvhit.cli.verify import run_sections
 
     sys.exit(0 if run_sections(VERIFY_SECTIONS, quick) else 1)

@@ -25,6 +25,20 @@ group 0  full b=4                # # | # .
 group 1  mamba b=4 lookahead=3   . # | # .
 >>> print(judge(q, "target", 6))
 target answered 6 (unsafe): group 1 (lookahead=3) has its key at L=6 cover the next 3 tokens, past the request's 8 tokens
+
+A tiered query draws each tier's row under its group's, named by the tier; ``@``
+marks a reused block wherever it is held:
+
+>>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}, {"kind": "mamba", "block_size": 1}],
+...                  "cached": ["100", "001"], "max_length": 3,
+...                  "tiers": [{"name": "lmcache", "holds": ["full"], "cached": {"0": "011"}}]})
+>>> print(draw(q, longest_hit(q).blocks))
+query: M=3 A=1
+group 0  full b=1    @ . .
+  lmcache            . @ @
+group 1  mamba b=1   . . @
+>>> print(judge(q, "the pool alone", 1))
+the pool alone answered 1 (lost reuse): L=3 is valid for every group
 """
 
 from __future__ import annotations
@@ -90,14 +104,17 @@ def draw(
     if q.hash_unit is not None:
         header += f" h={q.hash_unit}"
     labels = [f"group {i}  {g.describe()}" for i, g in enumerate(q.groups)]
-    width = max(len(label) for label in labels)
+    width = max(len(label) for label in [*labels, *(f"  {t.name}" for t in q.tiers)])
     lines = [header]
     for i, label in enumerate(labels):
-        row = draw_row(
-            q.cached[i], shown_blocks(q, i), marked[i] if marked else (), q.groups[i], q.hash_unit
-        )
         note = f"   {notes[i]}" if notes else ""
-        lines.append(f"{label.ljust(width)}   {row}{note}".rstrip())
+        rows = [(label, q.cached[i], note)]
+        rows += [(f"  {t.name}", t.cached[i], "") for t in q.tiers if t.cached[i] is not None]
+        for name, row, text in rows:
+            cells = draw_row(
+                row, shown_blocks(q, i), marked[i] if marked else (), q.groups[i], q.hash_unit
+            )
+            lines.append(f"{name.ljust(width)}   {cells}{text}".rstrip())
     return "\n".join(lines)
 
 

@@ -80,10 +80,11 @@ def held(row: Sequence[Any], j: int) -> bool:
 def blocks_problem(q: Query, length: int, blocks: list[list[int]]) -> str:
     """Why the listed blocks are wrong for a hit of ``length``, or '' when they are right."""
     needed = answer_at(q, length).blocks
-    for i, (g, row, listed, reused) in enumerate(zip(q.groups, q.cached, blocks, needed)):
+    for i, (g, listed, reused) in enumerate(zip(q.groups, blocks, needed)):
         past = -(-length // g.block_size)
+        rows = [q.cached[i], *(t.cached[i] or () for t in q.tiers)]
         for j in listed:
-            if not held(row, j):
+            if not any(held(row, j) for row in rows):
                 return f"group {i} lists block {j}, which is not cached"
             if j >= past:
                 return f"group {i} lists block {j}, past the hit of {length} tokens"

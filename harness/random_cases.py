@@ -34,6 +34,7 @@ from kvhit.model.spec import (
     Group,
     Kind,
     Query,
+    Tier,
     Upto,
     WindowConvention,
     group_of,
@@ -219,12 +220,46 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     return Query(groups, cached, max_length, num_tokens, alignment, unit)
 
 
+TIER_NAMES = ("cpu", "remote")
+
+
+def random_tiers(rng: random.Random, q: Query) -> tuple[Tier, ...]:
+    """One or two external tiers for ``q`` (docs/design.md §1.7): each holds some of
+    the query's kinds and rows for some groups of those kinds, drawn as local rows
+    are.
+
+    >>> q = random_query(random.Random(3))
+    >>> tiers = random_tiers(random.Random(3), q)
+    >>> all(t.cached[i] is None or g.kind in t.holds for t in tiers for i, g in enumerate(q.groups))
+    True
+    """
+    kinds = sorted({g.kind for g in q.groups})
+    tiers = []
+    for name in TIER_NAMES[: rng.randint(1, 2)]:
+        holds = frozenset(k for k in kinds if rng.random() < 0.7) or frozenset(kinds[:1])
+        rows = []
+        for g in q.groups:
+            bits = random_row(rng, q.max_length // g.block_size + 1)
+            row = bits if q.hash_unit is None else partial_row(rng, bits, g.block_size, q.hash_unit)
+            rows.append(row if g.kind in holds and rng.random() < 0.8 else None)
+        tiers.append(Tier(name, holds, tuple(rows)))
+    return tuple(tiers)
+
+
+def tiered_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
+    """A :func:`random_query` with external tiers four times in five."""
+    q = random_query(rng, max_blocks, kinds)
+    return replace(q, tiers=random_tiers(rng, q)) if rng.random() < 0.8 else q
+
+
 class QueryShape(StrEnum):
-    """Which queries a generator draws: ``any`` (every kind and mix), or only states
-    one engine can hold (``sglang``: :func:`sglang_query`)."""
+    """Which queries a generator draws: ``any`` (every kind and mix), only states one
+    engine can hold (``sglang``: :func:`sglang_query`), or ``tiered`` (``any`` with
+    external tiers: :func:`tiered_query`)."""
 
     ANY = "any"
     SGLANG = "sglang"
+    TIERED = "tiered"
 
 
 def prefix_blocks(row: Sequence[bool]) -> int:
@@ -282,6 +317,7 @@ def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
 DRAWERS: dict[QueryShape, Callable[[random.Random, int, Sequence[str]], Query]] = {
     QueryShape.ANY: random_query,
     QueryShape.SGLANG: sglang_query,
+    QueryShape.TIERED: tiered_query,
 }
 
 

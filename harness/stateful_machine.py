@@ -125,7 +125,11 @@ def one_tree_engines(
     return pooled(draw, tuple(groups), b, max_tokens)
 
 
-ENGINE_DRAWERS = {QueryShape.ANY: engines, QueryShape.SGLANG: one_tree_engines}
+ENGINE_DRAWERS = {
+    QueryShape.ANY: engines,
+    QueryShape.SGLANG: one_tree_engines,
+    QueryShape.TIERED: engines,
+}
 """The engine configurations a campaign draws, by ``--shape``: ``any`` (every kind,
 mixed block sizes) or ``sglang`` (what SGLang's one radix tree holds)."""
 

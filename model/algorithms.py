@@ -7,6 +7,11 @@
   min. Only ever too long (unsafe), never too short.
 - :func:`single_pass` — the fixed point without the repeat; also wrong.
 
+Over tiered queries (docs/design.md §1.7), the wrong combinations engines shipped
+when the per-group hits diverge: :func:`max_of_groups` (vLLM #46453),
+:func:`full_attention_alone`, :func:`dense_min_mamba_trimmed` (vLLM #45804) and
+:func:`local_then_external` (LMCache #4674, vLLM PR #54302).
+
 The seed's minimal counterexample (two window-2 groups, b = 1, M = 2):
 
     >>> from kvhit.model.protocol import parse_query
@@ -25,7 +30,16 @@ from typing import Any
 
 from kvhit.model.finders import find
 from kvhit.model.ops import PY, Ops
-from kvhit.model.spec import Group, Query, fine_query, longest_hit, top_length, valid
+from kvhit.model.spec import (
+    Group,
+    Kind,
+    Query,
+    fine_query,
+    local_query,
+    longest_hit,
+    top_length,
+    valid,
+)
 
 Finder = Callable[[Any], Any]
 
@@ -149,6 +163,62 @@ def min_of_groups(q: Query, ops: Ops = PY) -> Any:
     for h in hits[1:]:
         out = ops.min(out, h)
     return out
+
+
+def max_of_groups(q: Query, ops: Ops = PY) -> Any:
+    """The max of the per-group hits (vLLM #46453: full attention evicted, a deeper
+    Mamba state survived, the scheduler took the deeper one; known wrong, unsafe)."""
+    hits = per_group(q, ops)
+    out = hits[0]
+    for h in hits[1:]:
+        out = ops.max(out, h)
+    return out
+
+
+def full_attention_alone(q: Query, ops: Ops = PY) -> Any:
+    """The first full-attention group's hit, the other groups unchecked (known wrong,
+    unsafe); the fixed point when there is no full-attention group."""
+    first = next((i for i, g in enumerate(q.groups) if g.kind == Kind.FULL), None)
+    return fixed_point(q, ops) if first is None else per_group(q, ops)[first]
+
+
+def dense_min_mamba_trimmed(q: Query, ops: Ops = PY) -> Any:
+    """The min of the non-Mamba groups' hits, the Mamba groups' states trimmed to it
+    unchecked (vLLM #45804; known wrong, unsafe); the longest candidate when every
+    group is Mamba."""
+    out = top_length(q, ops)
+    for g, h in zip(q.groups, per_group(q, ops)):
+        if g.kind != Kind.MAMBA:
+            out = ops.min(out, h)
+    return out
+
+
+def only_groups(q: Query, keep: Sequence[int]) -> Query:
+    """The query over the groups ``keep`` alone (its tiers' rows too)."""
+    tiers = tuple(replace(t, cached=tuple(t.cached[i] for i in keep)) for t in q.tiers)
+    groups = tuple(q.groups[i] for i in keep)
+    return replace(q, groups=groups, cached=tuple(q.cached[i] for i in keep), tiers=tiers)
+
+
+def local_then_external(q: Query, ops: Ops = PY) -> Any:
+    """The local hit (the fixed point over the pool alone) extended by an external
+    one: the fixed point of the non-Mamba groups over every tier, the Mamba groups not
+    re-checked at the longer length (LMCache #4674, vLLM PR #54302: a connector handed
+    a boundary deeper than the lagging group's state; known wrong, unsafe); the fixed
+    point when every group is Mamba."""
+    attention = [i for i, g in enumerate(q.groups) if g.kind != Kind.MAMBA]
+    if not attention:
+        return fixed_point(q, ops)
+    return ops.max(fixed_point(local_query(q), ops), fixed_point(only_groups(q, attention), ops))
+
+
+WRONG_TIER_COMBINATIONS: dict[str, Callable[[Query], Any]] = {
+    "max of groups": max_of_groups,
+    "full attention alone": full_attention_alone,
+    "dense min, Mamba trimmed": dense_min_mamba_trimmed,
+    "local then external": local_then_external,
+}
+"""The known-wrong ways engines combined per-group hits across tiers, by name."""
 
 
 def spiral_finders(q: Query, ops: Ops = PY) -> list[Finder]:

@@ -22,18 +22,21 @@ from kvhit.model.spec import (
     DRAFTERS,
     EAGLE_KINDS,
     KINDS,
+    LOCAL,
     PARAMETERS,
     WINDOW_CONVENTIONS,
     Drafter,
     Group,
     Kind,
     Query,
+    Tier,
     Upto,
     WindowConvention,
     default_alignment,
 )
 
-QUERY_FIELDS = {"groups", "cached", "max_length", "num_tokens", "alignment", "hash_unit"}
+QUERY_FIELDS = {"groups", "cached", "max_length", "num_tokens", "alignment", "hash_unit", "tiers"}
+TIER_FIELDS = {"name", "holds", "cached"}
 GROUP_FIELDS = {
     "kind",
     "block_size",
@@ -249,9 +252,57 @@ def parse_query(obj: Any) -> Query:
         raise QueryError(
             "num_tokens", f"must be greater than max_length ({max_length}), got {num_tokens}"
         )
-    return Query(
-        groups, rows, max_length, num_tokens, parse_alignment(obj, groups, hash_unit), hash_unit
-    )
+    alignment = parse_alignment(obj, groups, hash_unit)
+    tiers = parse_tiers(obj.get("tiers", []), groups, hash_unit)
+    return Query(groups, rows, max_length, num_tokens, alignment, hash_unit, tiers)
+
+
+def parse_tiers(value: Any, groups: tuple[Group, ...], hash_unit: int | None) -> tuple[Tier, ...]:
+    """The query's external tiers (docs/design.md §1.7), each with a distinct name.
+
+    >>> groups = (Group("full", 1), Group("mamba", 1))
+    >>> parse_tiers([{"name": "lmcache", "holds": ["full"], "cached": {"1": "1"}}], groups, None)
+    Traceback (most recent call last):
+    ...
+    kvhit.model.protocol.QueryError: tiers[0].cached.1: group 1 is a mamba group; this tier holds only full
+    """
+    if not isinstance(value, list):
+        raise QueryError("tiers", f"must be a list of tier objects, got {type(value).__name__}")
+    tiers = tuple(parse_tier(t, f"tiers[{i}]", groups, hash_unit) for i, t in enumerate(value))
+    names = [t.name for t in tiers]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise QueryError(f"tiers[{i}].name", f"{json.dumps(name)} names an earlier tier too")
+    return tiers
+
+
+def parse_tier(obj: Any, field: str, groups: tuple[Group, ...], hash_unit: int | None) -> Tier:
+    """One tier: a name other than ``local``, the kinds it holds, and its rows keyed by
+    the index of a group of a kind it holds."""
+    obj = _object(obj, field, TIER_FIELDS)
+    name = obj.get("name")
+    if not isinstance(name, str) or not name or name == LOCAL:
+        raise QueryError(f"{field}.name", f"must be a non-empty string other than {LOCAL!r}")
+    holds = obj.get("holds")
+    if not isinstance(holds, list) or not holds or any(k not in KINDS for k in holds):
+        raise QueryError(
+            f"{field}.holds", f"must be a non-empty list of kinds ({', '.join(KINDS)})"
+        )
+    kinds = frozenset(Kind(k) for k in holds)
+    rows = obj.get("cached")
+    if not isinstance(rows, dict):
+        raise QueryError(f"{field}.cached", "must be an object of rows keyed by group index")
+    out: list[Any] = [None] * len(groups)
+    for key, row in rows.items():
+        where = f"{field}.cached.{key}"
+        if not key.isdigit() or int(key) >= len(groups):
+            raise QueryError(where, f"no group {key}: the query has {len(groups)} groups")
+        g = groups[int(key)]
+        if g.kind not in kinds:
+            held = ", ".join(k.value for k in Kind if k in kinds)
+            raise QueryError(where, f"group {key} is a {g.kind} group; this tier holds only {held}")
+        out[int(key)] = parse_row(row, where, g, hash_unit)
+    return Tier(name, kinds, tuple(out))
 
 
 def parse_hash_unit(obj: dict[str, Any], groups: tuple[Group, ...]) -> int | None:

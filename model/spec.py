@@ -22,6 +22,11 @@ be *partial*, holding its tokens only up to a fine boundary (:class:`Upto`). Suc
 query means what its :func:`fine_query` means: every group at block size h, one bit
 per unit of h tokens (for Mamba, per state), so every rule above applies unchanged.
 
+A query may name external *tiers* (:class:`Tier`: a KV connector's store, a host
+cache) that hold blocks of some groups. A block is *held* when the local row or a
+tier's row has it, and the query means what its :func:`held_query` means: the rows
+folded together, so every rule above applies to tiered queries unchanged.
+
 A window is read by its group's *window convention*: ``inclusive`` (vLLM's, the
 default: a window of w tokens includes the token itself, so it reaches t = w-1 tokens
 back) or ``exclusive`` (SGLang's ``sliding_window_size``: w counts only the tokens
@@ -220,6 +225,34 @@ class Upto:
         return {"upto": self.end}
 
 
+LOCAL = "local"
+"""The name of the engine's own pool among the places a block is loaded from."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    """An external store the engine can restore KV from (docs/design.md §1.7): a KV
+    connector's store, a host cache. ``holds`` is the kinds it can hold; ``cached`` has
+    one entry per group of the query: a row like a local one, or None where the tier
+    holds nothing of that group."""
+
+    name: str
+    holds: frozenset[Kind]
+    cached: tuple[Any, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The protocol form: rows keyed by group index, kinds in a fixed order."""
+        return {
+            "name": self.name,
+            "holds": [k.value for k in Kind if k in self.holds],
+            "cached": {
+                str(i): [shown_entry(e) for e in row]
+                for i, row in enumerate(self.cached)
+                if row is not None
+            },
+        }
+
+
 @dataclass(frozen=True)
 class Query:
     """A cache state and the limits of one lookup (docs/design.md §1.1).
@@ -235,6 +268,7 @@ class Query:
     num_tokens: int
     alignment: int
     hash_unit: int | None = None
+    tiers: tuple[Tier, ...] = ()
 
     @property
     def top(self) -> int:
@@ -256,6 +290,8 @@ class Query:
         }
         if self.hash_unit is not None:
             out["hash_unit"] = self.hash_unit
+        if self.tiers:
+            out["tiers"] = [t.to_json() for t in self.tiers]
         return out
 
 
@@ -289,15 +325,61 @@ def fine_row(g: Group, row: Any, unit: int) -> tuple[bool, ...]:
     return tuple(out)
 
 
+def held_row(rows: list[Any], ops: Ops = PY) -> tuple[Any, ...]:
+    """Bit rows folded into one: entry j is held when some row holds it.
+
+    >>> held_row([(True, False), (False, False, True)])
+    (True, False, True)
+    """
+    width = max(len(row) for row in rows)
+    return tuple(
+        ops.or_(*(ops.bit(row, j) if j < len(row) else False for row in rows)) for j in range(width)
+    )
+
+
+def local_query(q: Query) -> Query:
+    """What the engine holds itself: the query without its tiers."""
+    return replace(q, tiers=())
+
+
+def held_query(q: Query, ops: Ops = PY) -> Query:
+    """The query with every tier folded into its rows (docs/design.md §1.7): a block is
+    held when the local row or some tier's row holds it (with a hash unit, unit by
+    unit, so its result has no hash unit). Itself when it has no tiers. A hit is valid
+    for the query iff it is valid for this one.
+
+    >>> from kvhit.model.protocol import parse_query
+    >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}], "cached": ["10"],
+    ...                  "tiers": [{"name": "cpu", "holds": ["full"], "cached": {"0": "01"}}],
+    ...                  "max_length": 2})
+    >>> held_query(q).cached, longest_hit(q).length, longest_hit(local_query(q)).length
+    (((True, True),), 2, 1)
+    """
+    if not q.tiers:
+        return q
+    local = fine_query(local_query(q))
+    tiers = [fine_query(replace(q, cached=tier_rows(t), tiers=())).cached for t in q.tiers]
+    rows = tuple(held_row([row, *(t[i] for t in tiers)], ops) for i, row in enumerate(local.cached))
+    return replace(local, cached=rows)
+
+
+def tier_rows(t: Tier) -> tuple[Any, ...]:
+    """A tier's rows, one per group, with an empty row where it has none."""
+    return tuple(() if row is None else row for row in t.cached)
+
+
 def fine_query(q: Query) -> Query:
     """The query at hash-unit granularity (itself when it has no hash unit): every
     group at block size h with its :func:`fine_row`, every other field the same. A
     hit is valid for the query iff it is valid for this one (docs/design.md §1.6).
+    A tiered query's tiers are folded in first (:func:`held_query`).
 
     >>> q = Query((Group("full", 4),), ((True, Upto(6)),), 7, 8, 2, hash_unit=2)
     >>> fine_query(q).cached, longest_hit(q)
     (((True, True, True, False),), Answer(length=6, blocks=((0, 1),)))
     """
+    if q.tiers:
+        return held_query(q)
     if q.hash_unit is None:
         return q
     h = q.hash_unit

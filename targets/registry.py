@@ -48,8 +48,8 @@ def seed_min_answer(q: Query) -> dict[str, Any]:
     return min_of_groups_answer(q).to_json()
 
 
-model_target = QueryTarget(model_answer)
-seed_min_target = QueryTarget(seed_min_answer)
+model_target = QueryTarget(model_answer, tiers=True)
+seed_min_target = QueryTarget(seed_min_answer, tiers=True)
 
 
 class Mode(StrEnum):
@@ -87,7 +87,7 @@ VLLM_HINT = (
 SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sglang.sh (see docs/engines/sglang.md)"
 
 BUILTINS: dict[str, BuiltIn] = {
-    "model": BuiltIn("kvhit.targets.registry:model_target"),
+    "model": BuiltIn("kvhit.targets.registry:model_target", shape="tiered"),
     "seed-min": BuiltIn("kvhit.targets.registry:seed_min_target"),
     "impl": BuiltIn("kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl"),
     "vllm": BuiltIn(

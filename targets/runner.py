@@ -260,7 +260,7 @@ def answer_of(func: Target, message: dict[str, Any] | Query) -> Any:
     if not isinstance(message, Query):
         return func(message)
     if isinstance(func, QueryTarget):
-        return func.answer(message)
+        return func.ask(message)
     return func(message.to_json())
 
 

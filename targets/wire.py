@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 
@@ -87,6 +88,27 @@ class QueryTarget:
     """
 
     answer: Callable[[Query], dict[str, Any]]
+    tiers: bool = False
+    """Whether it answers queries with external tiers (docs/design.md §1.7); one that
+    does not is :class:`~kvhit.errors.Unsupported` on them, never asked without them."""
 
     def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
-        return self.answer(parse_query(message))
+        return self.ask(parse_query(message))
+
+    def ask(self, q: Query) -> dict[str, Any]:
+        """Its answer to ``q``.
+
+        >>> QueryTarget(lambda q: {"length": 0}).ask(parse_query(
+        ...     {"groups": [{"kind": "full", "block_size": 1}], "cached": [""], "max_length": 1,
+        ...      "tiers": [{"name": "cpu", "holds": ["full"], "cached": {"0": "1"}}]}))
+        Traceback (most recent call last):
+        ...
+        kvhit.errors.Unsupported: this target reads its own pool only: a query with tiers (cpu) is asked of a target that restores from them (impl, vllm-connector, model)
+        """
+        if q.tiers and not self.tiers:
+            names = ", ".join(t.name for t in q.tiers)
+            raise Unsupported(
+                f"this target reads its own pool only: a query with tiers ({names}) is asked "
+                "of a target that restores from them (impl, vllm-connector, model)"
+            )
+        return self.answer(q)

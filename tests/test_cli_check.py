@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from kvhit.cli.main import main
-from kvhit.cli.verify import SEED_FACTS, examples_section
+from kvhit.cli.verify import SEED_FACTS, TIER_FACTS, examples_section, tiers_section
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -68,6 +68,14 @@ def test_verify_reproduces_the_seed_facts():
     assert examples_section(console, quick=True)
     text = console.export_text()
     assert text.count("holds") == len(SEED_FACTS)
+
+
+def test_verify_reproduces_the_tier_facts():
+    console = Console(record=True, width=200)
+    assert tiers_section(console, quick=True)
+    text = console.export_text()
+    assert text.count("\nholds") == len(TIER_FACTS)
+    assert "max of groups answered 8 (unsafe)" in text
 
 
 FINE = {

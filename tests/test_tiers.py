@@ -1,0 +1,144 @@
+"""External tiers (docs/design.md §1.7): the protocol, the held rows, the engine's
+plan at a hit, the known-wrong combinations, and how targets and the command line
+take tiered queries."""
+
+import json
+import random
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from kvhit.cli.main import main
+from kvhit.errors import Unsupported
+from kvhit.harness.random_cases import random_queries, tiered_query
+from kvhit.model.algorithms import (
+    WRONG_TIER_COMBINATIONS,
+    brute_force,
+    fixed_point,
+    max_of_groups,
+)
+from kvhit.model.protocol import QueryError, parse_query
+from kvhit.model.spec import LOCAL, held_query, local_query, longest_hit, valid_all
+from kvhit.model.tiers import hit_plan
+from kvhit.reference import fixed_point_answer
+from kvhit.targets.registry import get
+from kvhit.targets.wire import QueryTarget
+
+FULL_MAMBA = {
+    "groups": [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}],
+    "cached": ["1000", "0001"],
+    "max_length": 8,
+}
+
+
+def tiered(*tiers):
+    return parse_query({**FULL_MAMBA, "tiers": list(tiers)})
+
+
+def test_a_block_held_by_a_tier_counts_and_the_pool_alone_does_not():
+    q = tiered({"name": "lmcache", "holds": ["full"], "cached": {"0": "0111"}})
+    assert longest_hit(q).length == 8
+    assert longest_hit(local_query(q)).length == 0
+    assert held_query(q).cached == ((True, True, True, True), (False, False, False, True))
+
+
+def test_the_plan_takes_each_block_from_the_pool_first_then_the_first_tier_holding_it():
+    q = tiered(
+        {"name": "a", "holds": ["full"], "cached": {"0": "0100"}},
+        {"name": "b", "holds": ["full", "mamba"], "cached": {"0": "0110", "1": "001"}},
+    )
+    work = hit_plan(q, 6)
+    assert [(x.group, x.block, x.source) for x in work.loads] == [
+        (0, 0, LOCAL),
+        (0, 1, "a"),
+        (0, 2, "b"),
+        (1, 2, "b"),
+    ]
+    assert work.recompute == range(6, 9) and valid_all(q, 6)
+
+
+def test_a_plan_at_an_invalid_length_is_refused():
+    q = tiered({"name": "a", "holds": ["full"], "cached": {"0": "01"}})
+    with pytest.raises(ValueError, match="not valid"):
+        hit_plan(q, 6)
+
+
+@pytest.mark.parametrize(
+    ("tier", "field"),
+    [
+        ({"name": "x", "holds": ["full"], "cached": {"2": "1"}}, "tiers[0].cached.2"),
+        ({"name": "x", "holds": ["full"], "cached": {"1": "1"}}, "tiers[0].cached.1"),
+        ({"name": "local", "holds": ["full"], "cached": {}}, "tiers[0].name"),
+        ({"name": "x", "holds": ["attention"], "cached": {}}, "tiers[0].holds"),
+        ({"name": "x", "holds": ["full"], "cached": ["1"]}, "tiers[0].cached"),
+        ({"name": "x", "holds": ["full"], "cached": {}, "size": 3}, "tiers[0].size"),
+    ],
+)
+def test_a_malformed_tier_names_its_field(tier, field):
+    with pytest.raises(QueryError) as err:
+        tiered(tier)
+    assert err.value.field == field
+
+
+def test_two_tiers_with_one_name_are_refused():
+    t = {"name": "x", "holds": ["full"], "cached": {}}
+    with pytest.raises(QueryError, match="names an earlier tier"):
+        tiered(t, t)
+
+
+def test_tiered_queries_round_trip_through_json():
+    for q in random_queries(3, 300, shape="tiered"):
+        assert parse_query(json.loads(json.dumps(q.to_json()))) == q
+
+
+def test_the_fixed_point_is_the_longest_valid_hit_on_tiered_queries():
+    drawn = [q for q in random_queries(5, 1500, shape="tiered") if q.tiers]
+    assert len(drawn) > 1000
+    for q in drawn:
+        assert fixed_point(q) == brute_force(q) == fixed_point_answer(q).length
+
+
+def test_each_wrong_combination_is_only_ever_too_long_and_sometimes_is():
+    too_long = dict.fromkeys(WRONG_TIER_COMBINATIONS, 0)
+    rng = random.Random(7)
+    for _ in range(2000):
+        q = tiered_query(rng)
+        best = brute_force(q)
+        for name, wrong in WRONG_TIER_COMBINATIONS.items():
+            got = wrong(q)
+            assert got >= best, (name, q)
+            too_long[name] += got > best
+    assert all(too_long.values()), too_long
+
+
+def test_max_of_groups_takes_the_surviving_mamba_state_past_evicted_attention():
+    q = parse_query({**FULL_MAMBA, "cached": ["1000", "0001"]})
+    assert max_of_groups(q) == 8 and brute_force(q) == 0
+
+
+def test_a_target_that_reads_its_pool_only_is_unsupported_on_tiers_and_the_model_answers():
+    q = tiered({"name": "lmcache", "holds": ["full"], "cached": {"0": "0111"}})
+    assert get("model")(q.to_json())["length"] == 8
+    with pytest.raises(Unsupported, match="lmcache"):
+        QueryTarget(lambda q: {"length": 0}).ask(q)
+
+
+def test_check_draws_the_tiers_and_says_where_each_block_is_loaded_from(tmp_path):
+    path = tmp_path / "q.json"
+    q = {**FULL_MAMBA, "tiers": [{"name": "lmcache", "holds": ["full"], "cached": {"0": "0111"}}]}
+    path.write_text(json.dumps(q))
+    out = CliRunner().invoke(main, ["check", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "\n  lmcache            . @ @ @\n" in out.output
+    assert "group 0: block 0 from local, blocks 1, 2, 3 from lmcache" in out.output
+
+
+def test_check_refuses_a_tier_row_for_a_missing_group_in_one_line(tmp_path):
+    path = tmp_path / "q.json"
+    q = {**FULL_MAMBA, "tiers": [{"name": "x", "holds": ["full"], "cached": {"5": "1"}}]}
+    path.write_text(json.dumps(q))
+    out = subprocess.run(["kvhit", "check", str(path)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert "tiers[0].cached.5: no group 5" in out.stderr
