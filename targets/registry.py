@@ -100,7 +100,9 @@ BUILTINS: dict[str, BuiltIn] = {
         hint=VLLM_HINT,
         preload="kvhit.engines.vllm.target:vllm_target",
     ),
-    "vllm-connector": BuiltIn("kvhit.engines.vllm.tiered:vllm_connector_target", shape="tiered", hint=VLLM_HINT),
+    "vllm-connector": BuiltIn(
+        "kvhit.engines.vllm.tiered:vllm_connector_target", shape="tiered", hint=VLLM_HINT
+    ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",
         "kvhit.engines.sglang.cache:SglangCacheEngine",

@@ -39,8 +39,7 @@ from typing import Any
 
 from kvhit.engines.vllm.release import import_failure
 from kvhit.errors import UndrivableTarget
-from kvhit.model.spec import Group, Kind, Query, Upto, answer_at, fine_query, valid
-from kvhit.model.tiers import held_query, local_query
+from kvhit.model.spec import Group, Kind, Query, fine_query, held_query, reused_blocks, valid
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -82,25 +81,24 @@ def tier_held(q: Query) -> tuple[bool, ...]:
 
 
 def external_query(q: Query) -> Query:
-    """``q`` with only what its tiers hold: each local row emptied, the tiers folded in
-    (:func:`kvhit.model.tiers.held_query`)."""
-    empty = tuple(tuple(False for _ in row) for row in q.cached)
-    return held_query(replace(q, cached=empty))
+    """What ``q``'s tiers hold, at hash-unit granularity (:func:`fine_query`): each
+    local row emptied, the tiers folded in (:func:`kvhit.model.spec.held_query`)."""
+    return fine_query(held_query(replace(q, cached=tuple(() for _ in q.cached))))
 
 
 def trusted_row(g: Group, row: Any, boundary: int) -> tuple[bool, ...]:
-    """A fine row (block size h) with every block wholly before ``boundary`` held: what
-    a connector assumes of the local pool below the boundary vLLM hands it."""
+    """A fine row with every unit wholly before ``boundary`` held: what a connector
+    assumes of the local pool below the boundary vLLM hands it."""
     return tuple(bool(bit) or (j + 1) * g.block_size <= boundary for j, bit in enumerate(row))
 
 
 def extends_to(q: Query, boundary: int, length: int) -> bool:
     """Whether every group a tier holds is valid at ``length`` with the pool trusted
     before ``boundary`` and the tiers' rows from there on."""
-    fine = fine_query(external_query(q))
+    ext = external_query(q)
     return all(
         valid(g, trusted_row(g, row, boundary), length, q.num_tokens)
-        for g, row, held in zip(fine.groups, fine.cached, tier_held(q))
+        for g, row, held in zip(ext.groups, ext.cached, tier_held(q))
         if held
     )
 
@@ -123,25 +121,20 @@ def external_hit(q: Query, boundary: int) -> int:
     return next((n - boundary for n in longer if extends_to(q, boundary, n)), 0)
 
 
-def held_at(row: Any, j: int) -> bool:
-    """Whether entry j of a row holds something (a whole block or part of one)."""
-    return 0 <= j < len(row) and (isinstance(row[j], Upto) or bool(row[j]))
-
-
 def loaded_blocks(q: Query, local: int, length: int) -> list[list[int]]:
     """Per group, the blocks the connector loads for a hit of ``length`` that vLLM
-    settled on with ``local`` tokens from its pool: those the group reads at
-    ``length`` (:func:`kvhit.model.spec.answer_at`) from the local boundary's block
-    on, where a tier holds them, for the groups a tier holds (none when nothing is
-    loaded)."""
-    if length <= local:
-        return [[] for _ in q.groups]
+    settled on with ``local`` tokens from its pool: for the groups a tier holds, those
+    the group reads at ``length`` (:func:`kvhit.model.spec.reused_blocks`, unit by
+    unit) from the local boundary on, where a tier holds them; in the query's own
+    blocks."""
     ext = external_query(q)
-    reads = answer_at(local_query(q), length).blocks
-    return [
-        [j for j in read if j >= local // g.block_size and held_at(row, j)] if held else []
-        for g, row, read, held in zip(q.groups, ext.cached, reads, tier_held(q))
-    ]
+    loads: list[list[int]] = []
+    for g, unit, row, held in zip(q.groups, ext.groups, ext.cached, tier_held(q)):
+        h = unit.block_size
+        read = reused_blocks(unit, length) if held and length > local else []
+        units = [u for u in read if u >= local // h and u < len(row) and row[u]]
+        loads.append(sorted({u * h // g.block_size for u in units}))
+    return loads
 
 
 class TieredConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
@@ -174,7 +167,9 @@ class TieredConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             return any(Kind.MAMBA in t.holds for t in self.served().tiers)
         return self.divergent == DivergentHits.ON
 
-    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+    def get_num_new_matched_tokens(
+        self, request: Any, num_computed_tokens: int
+    ) -> tuple[int, bool]:
         """The tokens past ``num_computed_tokens`` the tiers supply
         (:func:`external_hit`), loaded synchronously."""
         self.asked = num_computed_tokens
@@ -204,7 +199,9 @@ class TieredConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         """Worker role: never run."""
         raise NotImplementedError("kvhit's connector runs in the scheduler role only")
 
-    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any
+    ) -> None:
         """Worker role: never run."""
         raise NotImplementedError("kvhit's connector runs in the scheduler role only")
 

@@ -13,7 +13,7 @@ What is driven, for each query (nothing of vLLM is restated):
    ``ModelRegistry``; the scheduler never runs a model.
 2. The local state is built in the scheduler's own block pool as the ``vllm`` target
    builds it (:func:`kvhit.engines.vllm.target.mark_cached`), from the query's local
-   rows (:func:`kvhit.model.tiers.local_query`).
+   rows (:func:`kvhit.model.spec.local_query`).
 3. A request of tokens 0 … T-1 (vLLM's ``Request`` with vLLM's block hasher) is added
    and ``Scheduler.schedule()`` is run once. Everything on the path is vLLM's:
    the local lookup (``get_computed_blocks``; with a connector and Mamba layers, the
@@ -66,8 +66,7 @@ from kvhit.engines.vllm.release import (
     scheduler_block_size,
 )
 from kvhit.errors import Unsupported
-from kvhit.model.spec import Query
-from kvhit.model.tiers import local_query
+from kvhit.model.spec import Kind, Query, local_query
 from kvhit.targets.wire import QueryTarget
 
 try:
@@ -207,7 +206,7 @@ def scheduler(q: Query) -> Scheduler:
     """vLLM's scheduler for ``q``'s groups, its pool large enough for the cached blocks
     and the request's own; :class:`Unsupported` where vLLM refuses or aligns hits
     other than to A."""
-    mamba = any(g.kind == "mamba" for g in q.groups)
+    mamba = any(g.kind == Kind.MAMBA for g in q.groups)
     block_size = scheduler_block_size(q)
     config = vllm_config(block_size, mamba, str(divergent_hits()))
     groups = kv_cache_config(q)
@@ -227,7 +226,9 @@ def scheduler(q: Query) -> Scheduler:
         raise Unsupported(f"vLLM {RELEASE.name} refuses this configuration: {err}") from None
     aligned = hit_alignment(built.kv_cache_manager.coordinator, q)
     if aligned != q.alignment:
-        raise Unsupported(f"vLLM {RELEASE.name} aligns these hits to {aligned}, not A={q.alignment}")
+        raise Unsupported(
+            f"vLLM {RELEASE.name} aligns these hits to {aligned}, not A={q.alignment}"
+        )
     return built
 
 
@@ -280,7 +281,11 @@ def connector_answer(q: Query) -> dict[str, Any]:
     built = scheduler(q)
     pool = built.kv_cache_manager.block_pool
     local = local_query(q)
-    mark_cached(built.kv_cache_manager.coordinator, local, request_hashes(q.num_tokens, pool.hash_block_size))
+    mark_cached(
+        built.kv_cache_manager.coordinator,
+        local,
+        request_hashes(q.num_tokens, pool.hash_block_size),
+    )
     connector = built.connector
     assert isinstance(connector, TieredConnector)
     connector.serve(q)
