@@ -14,7 +14,8 @@ What is driven, for each query (nothing of vLLM is restated):
 2. The local state is built in the scheduler's own block pool as the ``vllm`` target
    builds it (:func:`kvhit.engines.vllm.target.mark_cached`), from the query's local
    rows (:func:`kvhit.model.spec.local_query`).
-3. A request of tokens 0 … T-1 (vLLM's ``Request`` with vLLM's block hasher) is added
+3. A request of tokens 0 … M (vLLM's ``Request`` with vLLM's block hasher; vLLM bounds
+   a hit at the prompt's length minus one, :func:`prompt_length`) is added
    and ``Scheduler.schedule()`` is run once. Everything on the path is vLLM's:
    the local lookup (``get_computed_blocks``; with a connector and Mamba layers, the
    per-group lookup ``find_longest_cache_hit_per_group`` and ``max`` of its hits in
@@ -32,9 +33,7 @@ What is driven, for each query (nothing of vLLM is restated):
 
 What is refused (``unsupported``): releases before 0.24.0 (no per-group lookup, so no
 connector path for divergent hybrid hits); drafters (vLLM's scheduler takes them from
-a speculative config, which needs a drafter model); a bound M other than T - 1 (vLLM's
-scheduler bounds the hit at the prompt's length minus one,
-``Request.get_max_cache_hit_length``); prompts longer than
+a speculative config, which needs a drafter model); prompts longer than
 :data:`kvhit.engines.vllm.release.MAX_MODEL_LEN`; and whatever the ``vllm`` target
 refuses for the local query (:func:`kvhit.engines.vllm.release.refusal`, and the
 alignment check of :func:`kvhit.engines.vllm.target.hit_alignment`).
@@ -183,6 +182,14 @@ def vllm_config(block_size: int, mamba: bool, divergent: str) -> VllmConfig:
     )
 
 
+def prompt_length(q: Query) -> int:
+    """The length of the request vLLM's scheduler is given: M + 1 tokens, since it
+    bounds a hit at the prompt's length minus one (``Request.get_max_cache_hit_length``).
+    Without a drafter, no hit of at most M reads a token past M, so this request has
+    the hits of one of T tokens."""
+    return q.max_length + 1
+
+
 def refused(q: Query) -> str | None:
     """Why the target cannot ask vLLM's scheduler ``q``, or None (module docstring)."""
     if not HAS_CONNECTOR_PATH:
@@ -192,12 +199,7 @@ def refused(q: Query) -> str | None:
         )
     if any(g.drafter is not None for g in q.groups):
         return "the vllm-connector target runs no drafter (vLLM takes it from a speculative config)"
-    if q.max_length != q.num_tokens - 1:
-        return (
-            f"vLLM's scheduler bounds a hit at T - 1 = {q.num_tokens - 1}, not M={q.max_length} "
-            "(Request.get_max_cache_hit_length)"
-        )
-    if q.num_tokens > MAX_MODEL_LEN:
+    if prompt_length(q) > MAX_MODEL_LEN:
         return f"longer than max_model_len ({MAX_MODEL_LEN})"
     return refusal(local_query(q), RELEASE)
 
@@ -210,7 +212,7 @@ def scheduler(q: Query) -> Scheduler:
     block_size = scheduler_block_size(q)
     config = vllm_config(block_size, mamba, str(divergent_hits()))
     groups = kv_cache_config(q)
-    own = sum(-(-q.num_tokens // g.block_size) + 1 for g in q.groups)
+    own = sum(-(-prompt_length(q) // g.block_size) + 1 for g in q.groups)
     pool = replace(groups, num_blocks=groups.num_blocks + own)
     config.cache_config.num_gpu_blocks = pool.num_blocks
     try:
@@ -261,11 +263,12 @@ def observe(built: Scheduler) -> Settled:
 
 
 def vllm_request(q: Query, block_size: int) -> Request:
-    """vLLM's request of tokens 0 … T-1, hashed by vLLM's own block hasher."""
+    """vLLM's request of tokens 0 … M (:func:`prompt_length`), hashed by vLLM's own
+    block hasher."""
     options = {"pooling_params": None, "eos_token_id": None}
     return Request(
         "kvhit",
-        list(range(q.num_tokens)),
+        list(range(prompt_length(q))),
         SamplingParams(max_tokens=1),
         block_hasher=get_request_block_hasher(block_size, sha256),
         **accepted(Request, options),
@@ -284,7 +287,7 @@ def connector_answer(q: Query) -> dict[str, Any]:
     mark_cached(
         built.kv_cache_manager.coordinator,
         local,
-        request_hashes(q.num_tokens, pool.hash_block_size),
+        request_hashes(prompt_length(q), pool.hash_block_size),
     )
     connector = built.connector
     assert isinstance(connector, TieredConnector)
@@ -300,5 +303,5 @@ def connector_answer(q: Query) -> dict[str, Any]:
     return {"length": length, "blocks": blocks}
 
 
-vllm_connector_target = QueryTarget(connector_answer)
+vllm_connector_target = QueryTarget(connector_answer, tiers=True)
 """The ``vllm-connector`` target."""
