@@ -167,6 +167,12 @@ class TieredConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             return any(Kind.MAMBA in t.holds for t in self.served().tiers)
         return self.divergent == DivergentHits.ON
 
+    def get_loaded_kv_cache_group_ids(self, request: Any) -> tuple[int, ...]:
+        """The groups a load restores: those whose kind some tier holds (vLLM 0.32+ asks,
+        to skip zeroing their blocks and for a sliding window's bounded replay; the hit is
+        never bounded by them)."""
+        return tuple(i for i, held in enumerate(tier_held(self.served())) if held)
+
     def get_num_new_matched_tokens(
         self, request: Any, num_computed_tokens: int
     ) -> tuple[int, bool]:
