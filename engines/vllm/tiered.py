@@ -45,6 +45,7 @@ import json
 import logging
 import tempfile
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ try:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.request import Request
@@ -102,8 +104,41 @@ for _name in ("vllm", "vllm.distributed", "vllm.v1"):
 CONNECTOR = "kvhit.engines.vllm.connector"
 """The module vLLM's connector factory imports kvhit's connector from."""
 
-HAS_CONNECTOR_PATH = hasattr(HybridKVCacheCoordinator, "find_longest_cache_hit_per_group")
-"""Whether the installed release has the per-group lookup of the connector path (0.24+)."""
+
+class ConnectorPath(StrEnum):
+    """What vLLM's scheduler hands a connector as the local hit of a hybrid model with
+    Mamba layers (``v1/core/sched/scheduler.py`` and ``v1/core/kv_cache_manager.py``),
+    found from the release's API (:func:`connector_path`)."""
+
+    NONE = "none"
+    """Before 0.24.0: no per-group lookup (``find_longest_cache_hit_per_group``)."""
+    MAX_OF_GROUPS = "max_of_groups"
+    """0.24.0-0.26.0: ``max`` of the per-group hits, inline in ``schedule()``, and the
+    per-group blocks (vLLM #46453)."""
+    FULL_ATTENTION_HIT = "full_attention_hit"
+    """0.27.0: ``get_computed_blocks_for_connector`` for every connector: the full
+    attention hit when no group hits deeper (else the reconciled hit), and when it ran
+    deeper than a lagging group and the connector finds no tokens, the ``hit_diverged``
+    fallback to ``get_computed_blocks`` (vLLM PR #48425)."""
+    FLAGGED = "flagged"
+    """0.28.0+: as 0.27.0 for a connector that claims
+    ``supports_divergent_local_hybrid_hits``; the reconciled hit
+    (``get_computed_blocks``) for any other (``_get_local_prefix_cache_hit``)."""
+
+
+def connector_path() -> ConnectorPath:
+    """The installed release's :class:`ConnectorPath`."""
+    if not hasattr(HybridKVCacheCoordinator, "find_longest_cache_hit_per_group"):
+        return ConnectorPath.NONE
+    if not hasattr(KVCacheManager, "get_computed_blocks_for_connector"):
+        return ConnectorPath.MAX_OF_GROUPS
+    if not hasattr(Scheduler, "_get_local_prefix_cache_hit"):
+        return ConnectorPath.FULL_ATTENTION_HIT
+    return ConnectorPath.FLAGGED
+
+
+PATH = connector_path()
+"""The installed release's connector path."""
 
 
 class KvhitForCausalLM(torch.nn.Module):
@@ -192,7 +227,7 @@ def prompt_length(q: Query) -> int:
 
 def refused(q: Query) -> str | None:
     """Why the target cannot ask vLLM's scheduler ``q``, or None (module docstring)."""
-    if not HAS_CONNECTOR_PATH:
+    if PATH == ConnectorPath.NONE:
         return (
             f"vLLM {RELEASE.name} has no connector path for divergent hybrid hits "
             "(find_longest_cache_hit_per_group, 0.24.0 and later)"

@@ -1,0 +1,178 @@
+"""The ``vllm-connector`` target (kvhit.engines.vllm.tiered): vLLM's scheduler and KV
+connector path under the installed release, judged against the spec of tiered
+queries (docs/design.md §1.7); the classes per path are those docs/findings-vllm.md
+("Connectors and divergent hits") gives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvhit.engines.vllm.connector import DIVERGENT_ENV, DivergentHits
+from kvhit.engines.vllm.divergences import release_key
+from kvhit.engines.vllm.target import vllm_answer
+from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
+from kvhit.errors import Unsupported
+from kvhit.harness.compare import ReplyClass, judge_reply
+from kvhit.harness.random_cases import QueryShape, random_queries
+from kvhit.model.protocol import parse_query
+from kvhit.model.spec import Query, local_query, longest_hit
+from kvhit.targets.runner import Reply
+
+RELEASES_DIR = Path(sys.prefix) / "vllm"
+OLDER = sorted(
+    (p.name for p in RELEASES_DIR.glob("*") if (p / "vllm").is_dir()),
+    key=release_key,
+)
+BEFORE_PATH = [r for r in OLDER if release_key(r) < release_key("0.24.0")]
+
+HYBRID = [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}]
+
+
+def hybrid(cached: list[str], *tiers: tuple[str, list[str], dict[str, str]]) -> Query:
+    """A full attention group and a Mamba group (b = 2, M = 7) with these tiers."""
+    spec = [{"name": n, "holds": h, "cached": c} for n, h, c in tiers]
+    return parse_query({"groups": HYBRID, "cached": cached, "max_length": 7, "tiers": spec})
+
+
+def judged(q: Query) -> ReplyClass:
+    """The class of the target's reply to ``q``."""
+    try:
+        reply = Reply("answer", connector_answer(q))
+    except Unsupported as err:
+        reply = Reply("unsupported", detail=str(err))
+    return judge_reply(q, reply, longest_hit(q)).cls
+
+
+OK, UNSAFE, LOST = ReplyClass.OK, ReplyClass.UNSAFE, ReplyClass.LOST_REUSE
+ALL_PATHS = (
+    ConnectorPath.MAX_OF_GROUPS,
+    ConnectorPath.FULL_ATTENTION_HIT,
+    ConnectorPath.FLAGGED,
+)
+
+WITNESSES: dict[str, tuple[Query, dict[tuple[ConnectorPath, DivergentHits], ReplyClass]]] = {
+    # the Mamba state at 6 survived, full attention's blocks 1-2 did not; no tier
+    "mamba deeper than full attention": (
+        hybrid(["100", "011"]),
+        {
+            (p, f): UNSAFE if p == ConnectorPath.MAX_OF_GROUPS else OK
+            for p in ALL_PATHS
+            for f in DivergentHits
+        },
+    ),
+    # a tier of attention KV only extends a hit past the Mamba group's state
+    "tier without the lagging group": (
+        hybrid(["100", "100"], ("lmcache", ["full"], {"0": "011"})),
+        {(p, f): UNSAFE for p in ALL_PATHS for f in DivergentHits},
+    ),
+    # full attention hits 6 locally, Mamba 2; a tier holds blocks 1-2 and the state at 4
+    "diverged local hit, state in a tier": (
+        hybrid(["111", "100"], ("host", ["full", "mamba"], {"0": "011", "1": "010"})),
+        {
+            **{(ConnectorPath.MAX_OF_GROUPS, f): UNSAFE for f in DivergentHits},
+            **{(ConnectorPath.FULL_ATTENTION_HIT, f): LOST for f in DivergentHits},
+            (ConnectorPath.FLAGGED, DivergentHits.AUTO): LOST,
+            (ConnectorPath.FLAGGED, DivergentHits.ON): LOST,
+            (ConnectorPath.FLAGGED, DivergentHits.OFF): OK,
+        },
+    ),
+    # a tier completes both groups past full attention's local hit, 4; the reconciled
+    # hit is 2, past which the tier lacks block 1
+    "tier completing every group": (
+        hybrid(["110", "100"], ("host", ["full", "mamba"], {"0": "001", "1": "001"})),
+        {
+            (p, f): LOST if (p, f) == (ConnectorPath.FLAGGED, DivergentHits.OFF) else OK
+            for p in ALL_PATHS
+            for f in DivergentHits
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("flag", list(DivergentHits))
+@pytest.mark.parametrize("name", list(WITNESSES))
+def test_each_path_classified_as_documented(
+    name: str, flag: DivergentHits, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert PATH != ConnectorPath.NONE, "this release has no connector path (see below)"
+    monkeypatch.setenv(DIVERGENT_ENV, flag)
+    q, expected = WITNESSES[name]
+    assert judged(q) == expected[(PATH, flag)]
+
+
+def test_the_tier_completing_every_group_is_loaded_from_it() -> None:
+    q, _ = WITNESSES["tier completing every group"]
+    answer = connector_answer(q)
+    assert answer["length"] == longest_hit(q).length == 6
+    assert 2 in answer["blocks"][0] and 2 in answer["blocks"][1]
+
+
+def test_without_tiers_the_scheduler_answers_what_the_lookup_answers() -> None:
+    """No tier: the connector finds nothing, so from 0.27 on vLLM's scheduler settles
+    on the coordinator's own hit (the ``vllm`` target's answer); before, on the max
+    of the per-group hits, never below it."""
+    compared = 0
+    for q in random_queries(5, 300, kinds=["full", "sliding_window", "mamba"]):
+        try:
+            scheduled, looked_up = connector_answer(q), vllm_answer(local_query(q))
+        except Unsupported:
+            continue
+        compared += 1
+        if PATH == ConnectorPath.MAX_OF_GROUPS:
+            assert scheduled["length"] >= looked_up["length"], q
+        else:
+            assert scheduled == looked_up, q
+    assert compared > 100
+
+
+def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
+    documented = {
+        ConnectorPath.MAX_OF_GROUPS: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
+        ConnectorPath.FULL_ATTENTION_HIT: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
+        ConnectorPath.FLAGGED: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
+    }[PATH]
+    seen: set[ReplyClass] = set()
+    for q in random_queries(7, 400, kinds=["full", "mamba"], shape=QueryShape.TIERED):
+        seen.add(judged(q))
+    assert seen - {ReplyClass.UNSUPPORTED} <= documented
+    assert OK in seen
+
+
+def run_under(release: str, code: str) -> subprocess.CompletedProcess[str]:
+    """Python ``code`` run with vLLM ``release`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(RELEASES_DIR / release)}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+ASK = """
+from kvhit.engines.vllm.tiered import connector_answer
+from kvhit.errors import Unsupported
+from kvhit.model.protocol import parse_query
+q = parse_query({"groups": [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}],
+                 "cached": ["11", "01"], "max_length": 3})
+try:
+    print(connector_answer(q))
+except Unsupported as err:
+    print("unsupported:", err)
+"""
+
+
+def test_a_release_before_the_connector_path_is_unsupported() -> None:
+    assert BEFORE_PATH, f"no release before 0.24.0 in {RELEASES_DIR} (scripts/install-vllm.sh)"
+    release = BEFORE_PATH[-1]
+    done = run_under(release, ASK)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith(f"unsupported: vLLM {release} has no connector path"), last
+
+
+def test_the_answer_is_a_length_and_blocks_per_group() -> None:
+    q, _ = WITNESSES["tier completing every group"]
+    answer = connector_answer(q)
+    assert set(answer) == {"length", "blocks"}
+    assert len(answer["blocks"]) == len(q.groups)
