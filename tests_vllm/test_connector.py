@@ -14,7 +14,7 @@ import pytest
 
 from kvhit.engines.vllm.connector import DIVERGENT_ENV, DivergentHits
 from kvhit.engines.vllm.divergences import release_key
-from kvhit.engines.vllm.target import vllm_answer
+from kvhit.engines.vllm.target import RELEASE, vllm_answer
 from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
 from kvhit.errors import Unsupported
 from kvhit.harness.compare import ReplyClass, judge_reply
@@ -45,6 +45,8 @@ def judged(q: Query) -> ReplyClass:
         reply = Reply("answer", connector_answer(q))
     except Unsupported as err:
         reply = Reply("unsupported", detail=str(err))
+    except AssertionError as err:  # vLLM's own asserts: a crash
+        reply = Reply("crash", detail=str(err))
     return judge_reply(q, reply, longest_hit(q)).cls
 
 
@@ -105,6 +107,42 @@ def test_each_path_classified_as_documented(
     assert judged(q) == expected[(PATH, flag)]
 
 
+FINE = {"max_length": 3, "alignment": 1, "hash_unit": 1}
+CRASHES = {
+    # C1 with a hash unit: max lands inside full attention's block 1 (0.26.0)
+    "max inside a block": parse_query(
+        {"groups": HYBRID, "cached": [[True], [False, {"upto": 3}]], **FINE}
+    ),
+    # C5: a sliding window asked for fine hits by the per-group lookup (0.26.0, 0.27.0)
+    "per-group sliding window": parse_query(
+        {
+            "groups": [{"kind": "sliding_window", "block_size": 2, "window": 1}, HYBRID[1]],
+            "cached": ["", ""],
+            **FINE,
+            "max_length": 0,
+        }
+    ),
+}
+
+
+def crash_expected(name: str) -> ReplyClass:
+    """The documented class of a CRASHES state on the installed release: unsupported
+    before partial hash hits (0.26.0) and, for the window, where vLLM turns them off
+    beside a window (0.28.0+)."""
+    if not RELEASE.partial_hash_hits:
+        return ReplyClass.UNSUPPORTED
+    if name == "max inside a block":
+        return ReplyClass.CRASH if PATH == ConnectorPath.MAX_OF_GROUPS else OK
+    if PATH == ConnectorPath.FLAGGED:
+        return ReplyClass.UNSUPPORTED
+    return ReplyClass.CRASH
+
+
+@pytest.mark.parametrize("name", list(CRASHES))
+def test_the_crashes_are_where_the_docs_say(name: str) -> None:
+    assert judged(CRASHES[name]) == crash_expected(name)
+
+
 def test_the_tier_completing_every_group_is_loaded_from_it() -> None:
     q, _ = WITNESSES["tier completing every group"]
     answer = connector_answer(q)
@@ -132,7 +170,7 @@ def test_without_tiers_the_scheduler_answers_what_the_lookup_answers() -> None:
 
 def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
     documented = {
-        ConnectorPath.MAX_OF_GROUPS: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
+        ConnectorPath.MAX_OF_GROUPS: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS, ReplyClass.CRASH},
         ConnectorPath.FULL_ATTENTION_HIT: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
         ConnectorPath.FLAGGED: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
     }[PATH]
