@@ -21,6 +21,11 @@ the block must hold this request's next La tokens too. A block holds its tokens 
 its position (from j · b on): one written at another index is stale too. Anything
 else is a *stale block*: the engine serves KV computed for other tokens.
 
+An engine with an external store (an offload tier) reports, with an admit, the blocks
+it spilled to the store's slots before the admit's writes and those it restored from
+them (:meth:`Ledger.transfer`): a slot holds what its spilled block held then, and a
+restored block holds its slot's, checked like every block the hit reads.
+
 A request runs on after its admit until it finishes, reading the blocks of its
 tables that its next tokens attend to (:func:`still_read`). :meth:`Ledger.hold`
 notes what each must keep holding, and :meth:`Ledger.overwritten` says which one no
@@ -142,8 +147,22 @@ class Ledger:
 
     def __init__(self, hash_unit: int | None = None) -> None:
         self.blocks: dict[int, Content] = {}
+        self.slots: dict[int, Content | None] = {}
         self.needs: dict[int, tuple[Need, ...]] = {}
         self.hash_unit = hash_unit
+
+    def transfer(self, admitted: Admitted) -> None:
+        """An external store's moves at an admit (:class:`Admitted`): each spilled
+        block's content goes to its slot, then each restored block holds its slot's
+        (nothing known, if the slot was never spilled to)."""
+        for block, slot in admitted.spilled:
+            self.slots[slot] = self.blocks.get(block)
+        for block, slot in admitted.restored:
+            held = self.slots.get(slot)
+            if held is None:
+                self.blocks.pop(block, None)
+            else:
+                self.blocks[block] = held
 
     def problem(self, groups: Sequence[Group], tokens: Sequence[int], admitted: Admitted) -> str:
         """Why the hit reads a block that does not hold this request's tokens, or ''."""

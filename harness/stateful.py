@@ -43,6 +43,7 @@ from typing import Any
 from kvhit.draw import draw
 from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
+from kvhit.model.protocol import QueryError, parse_tiers
 from kvhit.model.spec import Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import (
@@ -127,10 +128,11 @@ class ProgramRun:
         p = self.program
         try:
             rows = decode_snapshot(reply.value, p.groups, p.hash_unit)
-        except BadReturn as err:
+            tiers = parse_tiers(reply.value.get("tiers", []), p.groups, p.hash_unit)
+        except (BadReturn, QueryError) as err:
             return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
         t = len(op.tokens)
-        return Query(p.groups, rows, t - 1, t, p.alignment, p.hash_unit)
+        return Query(p.groups, rows, t - 1, t, p.alignment, p.hash_unit, tiers)
 
     def admit(self, op: Admit) -> Step:
         """Snapshot, admit, and judge the hit against the ledger and the snapshot."""
@@ -152,6 +154,7 @@ class ProgramRun:
                 op, Outcome(ReplyClass.REJECTED, reason=str(reply.value["rejected"])), q, answer
             )
         self.running.add(op.request)
+        self.ledger.transfer(admitted)
         outcome = self.judge(q, op, admitted)
         self.ledger.record(q.groups, op.tokens, admitted, op.request, len(self.steps) + 1)
         self.ledger.hold(q.groups, op.tokens, admitted, op.request)

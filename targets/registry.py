@@ -101,7 +101,10 @@ BUILTINS: dict[str, BuiltIn] = {
         preload="kvhit.engines.vllm.target:vllm_target",
     ),
     "vllm-connector": BuiltIn(
-        "kvhit.engines.vllm.tiered:vllm_connector_target", shape="tiered", hint=VLLM_HINT
+        "kvhit.engines.vllm.tiered:vllm_connector_target",
+        "kvhit.engines.vllm.offload:VllmOffloadEngine",
+        shape="tiered",
+        hint=VLLM_HINT,
     ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",

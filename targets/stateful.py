@@ -48,6 +48,14 @@ table holds the copy, the one block of a group that ``reused`` may list outside
 its table. A lookahead drafter's keys cover La tokens past a block's end too, so a
 block it finds must hold the request's next La tokens (docs/design.md §1.3).
 
+An engine with an external tier (an offload store, docs/design.md §1.7) adds to its
+``admit`` answer ``"spilled": [[block, slot], ...]``, the physical blocks it copied to
+slots of its store before this admit's writes (an eviction spills), and
+``"restored": [[block, slot], ...]``, the blocks of this request's tables it filled from
+a slot; its ``snapshot`` may add ``"tiers"`` (the query protocol's tier objects: what
+its store holds of these tokens). Restored blocks are read like the pool's: the
+ledger checks what their slot holds.
+
     >>> program = Program.from_json({"groups": [{"kind": "full", "block_size": 2}],
     ...     "num_blocks": 4, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
     ...                              {"op": "finish", "request": 0}]})
@@ -170,15 +178,18 @@ def _is_token(value: Any) -> bool:
 @dataclass(frozen=True)
 class Admitted:
     """An engine's answer to ``admit``: the hit, the blocks it took from the cache,
-    its block tables (None where the request holds no block) and, per group, the copy
-    of the block the hit ends inside (its table index and the cached block copied;
-    None: no copy, and empty: none in any group)."""
+    its block tables (None where the request holds no block), per group the copy of
+    the block the hit ends inside (its table index and the cached block copied; None:
+    no copy, and empty: none in any group), and the (block, slot) pairs it spilled to
+    and restored from an external store."""
 
     length: int
     reused: tuple[tuple[int, ...], ...]
     tables: tuple[tuple[int | None, ...], ...]
     outputs_match: bool | None = None
     copied: tuple[tuple[int, int] | None, ...] = ()
+    spilled: tuple[tuple[int, int], ...] = ()
+    restored: tuple[tuple[int, int], ...] = ()
 
     def copy_of(self, group: int) -> tuple[int, int] | None:
         """Group ``group``'s copy: (table index, cached block copied there), or None."""
@@ -237,7 +248,17 @@ def decode_admitted(value: Any, groups: tuple[Group, ...]) -> Admitted | None:
     )
     outputs_match = value.get("outputs_match")
     shown_match = outputs_match if isinstance(outputs_match, bool) else None
-    return Admitted(length, reused, tables, shown_match, copied if any(copied) else ())
+    moves = [transfers(value.get(name, []), name) for name in ("spilled", "restored")]
+    return Admitted(length, reused, tables, shown_match, copied if any(copied) else (), *moves)
+
+
+def transfers(value: Any, field: str) -> tuple[tuple[int, int], ...]:
+    """An admit's ``spilled`` or ``restored`` list: ``[block, slot]`` pairs of ints;
+    :class:`BadReturn` if malformed."""
+    pairs = value if isinstance(value, list) else None
+    if pairs is None or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise BadReturn(f"{field} must be a list of [block, slot] pairs")
+    return tuple((_id_list(p, field, False)[0], _id_list(p, field, False)[1]) for p in pairs)
 
 
 def copy_in(

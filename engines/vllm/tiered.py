@@ -239,17 +239,15 @@ def refused(q: Query) -> str | None:
     return refusal(local_query(q), RELEASE)
 
 
-def scheduler(q: Query) -> Scheduler:
-    """vLLM's scheduler for ``q``'s groups, its pool large enough for the cached blocks
-    and the request's own; :class:`Unsupported` where vLLM refuses or aligns hits
-    other than to A."""
+def build_scheduler(q: Query, num_blocks: int) -> Scheduler:
+    """vLLM's scheduler for ``q``'s groups with a pool of ``num_blocks`` blocks (null
+    block included) and kvhit's connector; :class:`Unsupported` where vLLM refuses
+    the configuration or aligns hits other than to A."""
     mamba = any(g.kind == Kind.MAMBA for g in q.groups)
     block_size = scheduler_block_size(q)
     config = vllm_config(block_size, mamba, str(divergent_hits()))
-    groups = kv_cache_config(q)
-    own = sum(-(-prompt_length(q) // g.block_size) + 1 for g in q.groups)
-    pool = replace(groups, num_blocks=groups.num_blocks + own)
-    config.cache_config.num_gpu_blocks = pool.num_blocks
+    pool = replace(kv_cache_config(q), num_blocks=num_blocks)
+    config.cache_config.num_gpu_blocks = num_blocks
     try:
         built = Scheduler(
             vllm_config=config,
@@ -267,6 +265,13 @@ def scheduler(q: Query) -> Scheduler:
             f"vLLM {RELEASE.name} aligns these hits to {aligned}, not A={q.alignment}"
         )
     return built
+
+
+def scheduler(q: Query) -> Scheduler:
+    """:func:`build_scheduler` with a pool large enough for the query's cached blocks
+    and the request's own."""
+    own = sum(-(-prompt_length(q) // g.block_size) + 1 for g in q.groups)
+    return build_scheduler(q, kv_cache_config(q).num_blocks + own)
 
 
 @dataclass
