@@ -18,10 +18,15 @@ from kvhit.engines.vllm.target import RELEASE, vllm_answer
 from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
 from kvhit.errors import Unsupported
 from kvhit.harness.compare import ReplyClass, judge_reply
+from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import QueryShape, random_queries
+from kvhit.harness.stateful import run_program
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Query, local_query, longest_hit
+from kvhit.model.spec import Group, Query, local_query, longest_hit
+from kvhit.targets.registry import Mode
 from kvhit.targets.runner import Reply
+from kvhit.targets.spec import TargetSpec
+from kvhit.targets.stateful import Admitted, Program
 
 RELEASES_DIR = Path(sys.prefix) / "vllm"
 OLDER = sorted(
@@ -51,6 +56,7 @@ def judged(q: Query) -> ReplyClass:
 
 
 OK, UNSAFE, LOST = ReplyClass.OK, ReplyClass.UNSAFE, ReplyClass.LOST_REUSE
+UNSUPPORTED = ReplyClass.UNSUPPORTED
 ALL_PATHS = (
     ConnectorPath.MAX_OF_GROUPS,
     ConnectorPath.FULL_ATTENTION_HIT,
@@ -101,10 +107,9 @@ WITNESSES: dict[str, tuple[Query, dict[tuple[ConnectorPath, DivergentHits], Repl
 def test_each_path_classified_as_documented(
     name: str, flag: DivergentHits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert PATH != ConnectorPath.NONE, "this release has no connector path (see below)"
     monkeypatch.setenv(DIVERGENT_ENV, flag)
     q, expected = WITNESSES[name]
-    assert judged(q) == expected[(PATH, flag)]
+    assert judged(q) == (UNSUPPORTED if PATH == ConnectorPath.NONE else expected[(PATH, flag)])
 
 
 FINE = {"max_length": 3, "alignment": 1, "hash_unit": 1}
@@ -129,12 +134,12 @@ def crash_expected(name: str) -> ReplyClass:
     """The documented class of a CRASHES state on the installed release: unsupported
     before partial hash hits (0.26.0) and, for the window, where vLLM turns them off
     beside a window (0.28.0+)."""
-    if not RELEASE.partial_hash_hits:
-        return ReplyClass.UNSUPPORTED
+    if PATH == ConnectorPath.NONE or not RELEASE.partial_hash_hits:
+        return UNSUPPORTED
     if name == "max inside a block":
         return ReplyClass.CRASH if PATH == ConnectorPath.MAX_OF_GROUPS else OK
     if PATH == ConnectorPath.FLAGGED:
-        return ReplyClass.UNSUPPORTED
+        return UNSUPPORTED
     return ReplyClass.CRASH
 
 
@@ -145,7 +150,12 @@ def test_the_crashes_are_where_the_docs_say(name: str) -> None:
 
 def test_the_tier_completing_every_group_is_loaded_from_it() -> None:
     q, _ = WITNESSES["tier completing every group"]
+    if PATH == ConnectorPath.NONE:
+        with pytest.raises(Unsupported, match="has no connector path"):
+            connector_answer(q)
+        return
     answer = connector_answer(q)
+    assert set(answer) == {"length", "blocks"}
     assert answer["length"] == longest_hit(q).length == 6
     assert 2 in answer["blocks"][0] and 2 in answer["blocks"][1]
 
@@ -165,11 +175,12 @@ def test_without_tiers_the_scheduler_answers_what_the_lookup_answers() -> None:
             assert scheduled["length"] >= looked_up["length"], q
         else:
             assert scheduled == looked_up, q
-    assert compared > 100
+    assert compared == 0 if PATH == ConnectorPath.NONE else compared > 100
 
 
 def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
     documented = {
+        ConnectorPath.NONE: {UNSUPPORTED},
         ConnectorPath.MAX_OF_GROUPS: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS, ReplyClass.CRASH},
         ConnectorPath.FULL_ATTENTION_HIT: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
         ConnectorPath.FLAGGED: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
@@ -177,8 +188,8 @@ def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
     seen: set[ReplyClass] = set()
     for q in random_queries(7, 400, kinds=["full", "mamba"], shape=QueryShape.TIERED):
         seen.add(judged(q))
-    assert seen - {ReplyClass.UNSUPPORTED} <= documented
-    assert OK in seen
+    assert seen - {UNSUPPORTED} <= documented
+    assert (OK in seen) != (PATH == ConnectorPath.NONE)
 
 
 def run_under(release: str, code: str) -> subprocess.CompletedProcess[str]:
@@ -209,8 +220,42 @@ def test_a_release_before_the_connector_path_is_unsupported() -> None:
     assert last.startswith(f"unsupported: vLLM {release} has no connector path"), last
 
 
-def test_the_answer_is_a_length_and_blocks_per_group() -> None:
-    q, _ = WITNESSES["tier completing every group"]
-    answer = connector_answer(q)
-    assert set(answer) == {"length", "blocks"}
-    assert len(answer["blocks"]) == len(q.groups)
+def spill_and_restore() -> Program:
+    """r1 evicts all of r0's blocks (spilled to the store); r2, r0's prompt again,
+    finds nothing in the pool and restores blocks 0-1 from the store."""
+    first, other = [1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]
+    ops = [
+        {"op": "admit", "request": 0, "tokens": first},
+        {"op": "finish", "request": 0},
+        {"op": "admit", "request": 1, "tokens": other},
+        {"op": "finish", "request": 1},
+        {"op": "admit", "request": 2, "tokens": first},
+    ]
+    groups = [{"kind": "full", "block_size": 2}]
+    return Program.from_json({"groups": groups, "num_blocks": 3, "ops": ops})
+
+
+def test_a_program_spills_and_restores_through_the_ledger() -> None:
+    steps = run_program(TargetSpec("vllm-connector").open(Mode.STATEFUL), spill_and_restore())
+    if PATH == ConnectorPath.NONE:
+        assert [s.outcome.cls for s in steps] == [UNSUPPORTED]
+        return
+    assert [s.outcome.cls for s in steps] == [OK] * 5
+    spilling, restoring = steps[2].answer, steps[4].answer
+    assert len(spilling["spilled"]) == 3
+    assert restoring["length"] == 4 and len(restoring["restored"]) == 2
+
+
+def test_the_ledger_checks_what_a_restore_holds() -> None:
+    groups = (Group("full", 2),)
+    ledger = Ledger()
+    ledger.record(groups, (1, 2, 3, 4), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
+    spilled = Admitted(0, ((),), ((5, 6),), spilled=((5, 0), (6, 1)))
+    ledger.transfer(spilled)
+    ledger.record(groups, (9, 9, 9, 9), spilled, request=1, op=2)
+    right = Admitted(2, ((7,),), ((7, 8),), restored=((7, 0),))
+    wrong = Admitted(2, ((7,),), ((7, 8),), restored=((7, 1),))
+    ledger.transfer(right)
+    assert ledger.problem(groups, (1, 2, 3, 4), right) == ""
+    ledger.transfer(wrong)
+    assert ledger.problem(groups, (1, 2, 3, 4), wrong).startswith("stale block: group 0 block 0")
