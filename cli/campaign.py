@@ -57,7 +57,7 @@ from kvhit.harness.tally import OnProgress, Tally
 from kvhit.inputs import read_queries, read_text, writable
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
-from kvhit.targets.registry import Mode
+from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import Runner
 from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import is_program_file, load_program_file
@@ -505,7 +505,8 @@ def shown_gate(console: Console, name: str, seconds: float, out: Path) -> Tally 
     except TargetError as err:
         console.print(Text.assemble((f"{name} cannot be gated", "red"), f": {err}"))
         return None
-    tally = run_gate(CaseChecker(runner, name, out, stop_at_first=True), seconds)
+    checker = CaseChecker(runner, name, out, stop_at_first=True)
+    tally = run_gate(checker, seconds, shape=default_shape(name))
     for d in tally.found:
         console.print(Text(d.render()))
     console.print(Text(f"{name}: {tally.checked()}: {counts_text(tally.counts)}"))

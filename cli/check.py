@@ -14,10 +14,9 @@ from typing import Any
 
 from kvhit.draw import draw, explain, judge, verdict
 from kvhit.errors import BadInput
-from kvhit.model.algorithms import WRONG_TIER_COMBINATIONS
 from kvhit.model.spec import Kind, Query, longest_hit
 from kvhit.model.tiers import hit_plan
-from kvhit.reference import finder_results, fixed_point_answer
+from kvhit.reference import finder_results, fixed_point_answer, wrong_tier_answers
 
 
 def check_report(q: Query) -> dict[str, Any]:
@@ -57,7 +56,7 @@ def tier_report(q: Query, length: int) -> dict[str, Any]:
 
 def wrong_combinations(q: Query) -> dict[str, Any]:
     """What each known-wrong combination of per-group hits answers (docs/design.md §1.7)."""
-    return {"wrong_combinations": {name: f(q) for name, f in WRONG_TIER_COMBINATIONS.items()}}
+    return {"wrong_combinations": wrong_tier_answers(q)}
 
 
 def check_text(q: Query, report: dict[str, Any]) -> str:

@@ -16,8 +16,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvhit.model.algorithms import fixed_point, per_group
-from kvhit.model.spec import Answer, Query, answer_at, coarse_answer, fine_query, reduced
+from kvhit.model.algorithms import fixed_point, only_groups, per_group
+from kvhit.model.spec import (
+    Answer,
+    Kind,
+    Query,
+    answer_at,
+    coarse_answer,
+    fine_query,
+    local_query,
+    reduced,
+    top_length,
+)
 
 
 def fixed_point_answer(q: Query) -> Answer:
@@ -36,6 +46,36 @@ def finder_results(q: Query) -> list[int]:
         alone, shift = reduced(replace(fine, groups=(g,), cached=(row,)))
         out.append(per_group(alone)[0] + shift)
     return out
+
+
+def wrong_tier_answers(q: Query) -> dict[str, int]:
+    """What each known-wrong tier combination (:data:`~kvhit.model.algorithms.WRONG_TIER_COMBINATIONS`)
+    answers, each composed of :func:`finder_results` and :func:`fixed_point_answer` as
+    the model composes it of the finders and the fixed point, so in time in the rows.
+
+        >>> from kvhit.model.protocol import parse_query
+        >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1},
+        ...                             {"kind": "mamba", "block_size": 1}],
+        ...                  "cached": ["1", "0" * 9 + "1"], "max_length": 10**12})
+        >>> wrong_tier_answers(q)["max of groups"]
+        10
+    """
+    hits = finder_results(q)
+    kinds = [g.kind for g in q.groups]
+    full = [h for h, k in zip(hits, kinds) if k == Kind.FULL]
+    dense = [h for h, k in zip(hits, kinds) if k != Kind.MAMBA]
+    attention = [i for i, k in enumerate(kinds) if k != Kind.MAMBA]
+    best = fixed_point_answer(q).length
+    extended = best
+    if attention:
+        local = fixed_point_answer(local_query(q)).length
+        extended = max(local, fixed_point_answer(only_groups(q, attention)).length)
+    return {
+        "max of groups": max(hits),
+        "full attention alone": full[0] if full else best,
+        "dense min, Mamba trimmed": min(dense, default=top_length(q)),
+        "local then external": extended,
+    }
 
 
 def min_of_groups_answer(q: Query) -> Answer:

@@ -77,6 +77,11 @@ def run_phases(checker: CaseChecker, phases: Sequence[Phase]) -> Tally:
     return checker.tally
 
 
-def run_gate(checker: CaseChecker, seconds: float = DEFAULT_SECONDS, seed: int = 0) -> Tally:
-    """The gate with its defaults on ``checker``; its tally."""
-    return run_phases(checker, gate_phases(seconds, seed))
+def run_gate(
+    checker: CaseChecker,
+    seconds: float = DEFAULT_SECONDS,
+    seed: int = 0,
+    shape: str = QueryShape.ANY,
+) -> Tally:
+    """The gate with its defaults on ``checker``, random queries of ``shape``; its tally."""
+    return run_phases(checker, gate_phases(seconds, seed, shape=shape))

@@ -21,18 +21,13 @@ the block must hold this request's next La tokens too. A block holds its tokens 
 its position (from j · b on): one written at another index is stale too. Anything
 else is a *stale block*: the engine serves KV computed for other tokens.
 
-An engine with an external store (an offload tier) reports, with an admit, the blocks
-it spilled to the store's slots before the admit's writes and those it restored from
-them (:meth:`Ledger.transfer`): a slot holds what its spilled block held then, and a
-restored block holds its slot's, checked like every block the hit reads.
-
 A request runs on after its admit until it finishes, reading the blocks of its
 tables that its next tokens attend to (:func:`still_read`). :meth:`Ledger.hold`
 notes what each must keep holding, and :meth:`Ledger.overwritten` says which one no
 longer does: an *overwritten block*, handed to another request while this one runs.
 
     >>> from kvhit.model.spec import Group
-    >>> from kvhit.targets.stateful import Admitted
+    >>> from kvhit.targets.stateful import Admitted, Direction, TierMove
     >>> groups = (Group("full", 2),)
     >>> ledger = Ledger()
     >>> ledger.record(groups, (1, 2, 3), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
@@ -57,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvhit.model.spec import Drafter, Group, Kind, Query, answer_at, window_before
-from kvhit.targets.stateful import Admitted
+from kvhit.targets.stateful import Admitted, Direction, TierMove
 
 
 @dataclass(frozen=True)
@@ -147,22 +142,32 @@ class Ledger:
 
     def __init__(self, hash_unit: int | None = None) -> None:
         self.blocks: dict[int, Content] = {}
-        self.slots: dict[int, Content | None] = {}
+        self.slots: dict[tuple[int, int], Content] = {}
         self.needs: dict[int, tuple[Need, ...]] = {}
         self.hash_unit = hash_unit
 
-    def transfer(self, admitted: Admitted) -> None:
-        """An external store's moves at an admit (:class:`Admitted`): each spilled
-        block's content goes to its slot, then each restored block holds its slot's
-        (nothing known, if the slot was never spilled to)."""
-        for block, slot in admitted.spilled:
-            self.slots[slot] = self.blocks.get(block)
-        for block, slot in admitted.restored:
-            held = self.slots.get(slot)
-            if held is None:
-                self.blocks.pop(block, None)
+    def move(self, moves: Sequence[TierMove]) -> None:
+        """Follow an admit's moves, in order: a spill copies a block's content to a
+        store's slot, a restore a slot's content to a block (a slot nothing was
+        spilled to holds nothing, so a block restored from it holds nothing either).
+
+            >>> ledger = Ledger()
+            >>> ledger.blocks[3] = Content(0, (1, 2), request=0, op=1, end=2)
+            >>> ledger.move([TierMove(Direction.SPILL, 3, 0, 7), TierMove(Direction.RESTORE, 5, 0, 7)])
+            >>> ledger.blocks[5] == ledger.blocks[3], 4 in ledger.blocks
+            (True, False)
+        """
+        for m in moves:
+            if m.direction == Direction.SPILL:
+                held = self.blocks.get(m.block)
+                if held is None:
+                    self.slots.pop((m.tier, m.slot), None)
+                else:
+                    self.slots[m.tier, m.slot] = held
+            elif (m.tier, m.slot) in self.slots:
+                self.blocks[m.block] = self.slots[m.tier, m.slot]
             else:
-                self.blocks[block] = held
+                self.blocks.pop(m.block, None)
 
     def problem(self, groups: Sequence[Group], tokens: Sequence[int], admitted: Admitted) -> str:
         """Why the hit reads a block that does not hold this request's tokens, or ''."""

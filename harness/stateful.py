@@ -43,7 +43,6 @@ from typing import Any
 from kvhit.draw import draw
 from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
-from kvhit.model.protocol import QueryError, parse_tiers
 from kvhit.model.spec import Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import (
@@ -55,6 +54,7 @@ from kvhit.targets.stateful import (
     Program,
     decode_admitted,
     decode_snapshot,
+    decode_snapshot_tiers,
 )
 from kvhit.targets.wire import BadReturn, decode_answer, json_safe
 
@@ -128,8 +128,8 @@ class ProgramRun:
         p = self.program
         try:
             rows = decode_snapshot(reply.value, p.groups, p.hash_unit)
-            tiers = parse_tiers(reply.value.get("tiers", []), p.groups, p.hash_unit)
-        except (BadReturn, QueryError) as err:
+            tiers = decode_snapshot_tiers(reply.value, p.groups, p.tiers, p.hash_unit)
+        except BadReturn as err:
             return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
         t = len(op.tokens)
         return Query(p.groups, rows, t - 1, t, p.alignment, p.hash_unit, tiers)
@@ -144,7 +144,7 @@ class ProgramRun:
             return Step(op, failed(reply, "admit"), q)
         answer = json_safe(reply.value)
         try:
-            admitted = decode_admitted(reply.value, q.groups)
+            admitted = decode_admitted(reply.value, q.groups, len(self.program.tiers))
             if admitted is not None:
                 decode_answer(q, self.listed(admitted))
         except BadReturn as err:
@@ -154,7 +154,7 @@ class ProgramRun:
                 op, Outcome(ReplyClass.REJECTED, reason=str(reply.value["rejected"])), q, answer
             )
         self.running.add(op.request)
-        self.ledger.transfer(admitted)
+        self.ledger.move(admitted.moves)
         outcome = self.judge(q, op, admitted)
         self.ledger.record(q.groups, op.tokens, admitted, op.request, len(self.steps) + 1)
         self.ledger.hold(q.groups, op.tokens, admitted, op.request)
@@ -254,7 +254,11 @@ class ProgramDisagreement:
         lookup drawn as the stateless gate draws it."""
         p = self.program
         unit = "" if p.hash_unit is None else f", h={p.hash_unit}"
-        lines = [f"engine: {p.num_blocks} blocks, A={p.alignment}{unit}"]
+        stores = "".join(
+            f", store {t.name} ({', '.join(sorted(t.holds))}): {t.num_blocks} slots"
+            for t in p.tiers
+        )
+        lines = [f"engine: {p.num_blocks} blocks, A={p.alignment}{unit}{stores}"]
         lines += [f"group {i}  {g.describe()}" for i, g in enumerate(p.groups)]
         lines += [op_line(n, s) for n, s in enumerate(self.steps, 1)]
         lines.append(f"{self.cls}: {self.reason}")
@@ -263,7 +267,7 @@ class ProgramDisagreement:
             answer = self.last.answer
             marked = None
             if self.cls in ("unsafe", "lost_reuse", "wrong_blocks") and isinstance(answer, dict):
-                admitted = decode_admitted(answer, q.groups)
+                admitted = decode_admitted(answer, q.groups, len(p.tiers))
                 marked = admitted.reused_indices() if admitted else None
             lines.append("the engine's own snapshot at that lookup (@ = reused):")
             lines.append(draw(q, marked))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import lcm
 from pathlib import Path
 from typing import cast
@@ -51,7 +51,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, sglang_partners
+from kvhit.harness.random_cases import (
+    CHOICES,
+    TIER_NAMES,
+    Choice,
+    QueryShape,
+    sglang_partners,
+)
 from kvhit.harness.stateful import (
     ProgramDisagreement,
     ProgramRun,
@@ -63,7 +69,7 @@ from kvhit.harness.strategies import COIN, HASH_UNITS, group_configs
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import Runner
-from kvhit.targets.stateful import Admit, Finish, Program
+from kvhit.targets.stateful import Admit, Finish, Program, Store
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 PROGRAMS_PER_RUN = 25  # programs per Hypothesis run
@@ -125,13 +131,30 @@ def one_tree_engines(
     return pooled(draw, tuple(groups), b, max_tokens)
 
 
+@st.composite
+def tiered_engines(
+    draw: st.DrawFn, kinds: Sequence[str], max_tokens: int, block_sizes: Sequence[int]
+) -> Program:
+    """An engine as :func:`engines` draws it, most of the time with one or two external
+    stores (docs/design.md §1.7) the pool spills to and restores from: each holds some
+    of the engine's kinds and has a few slots."""
+    program = draw(engines(kinds, max_tokens, block_sizes))
+    present = sorted({g.kind for g in program.groups})
+    stores = []
+    for name in TIER_NAMES[: draw(st.integers(0, 2))]:
+        holds = draw(st.sets(st.sampled_from(present), min_size=1))
+        stores.append(Store(name, frozenset(holds), draw(st.integers(1, program.num_blocks))))
+    return replace(program, tiers=tuple(stores))
+
+
 ENGINE_DRAWERS = {
     QueryShape.ANY: engines,
     QueryShape.SGLANG: one_tree_engines,
-    QueryShape.TIERED: engines,
+    QueryShape.TIERED: tiered_engines,
 }
 """The engine configurations a campaign draws, by ``--shape``: ``any`` (every kind,
-mixed block sizes) or ``sglang`` (what SGLang's one radix tree holds)."""
+mixed block sizes), ``sglang`` (what SGLang's one radix tree holds) or ``tiered``
+(``any`` with external stores)."""
 
 
 def tokens(min_size: int, max_size: int) -> st.SearchStrategy[tuple[int, ...]]:

@@ -38,8 +38,18 @@ import torch
 from kvhit.impl.formula import Plan, miss_sums, stack, torch_plan, valid_at
 from kvhit.impl.hashing import ROOT, BlockHasher, key_offset, keyed_units
 from kvhit.impl.managers import manager_for
-from kvhit.impl.pool import NULL_BLOCK, BlockPool
-from kvhit.model.spec import Group, Query, Upto, default_alignment, fine_row, reused_range
+from kvhit.impl.offload import OffloadStore, Restore, Transfer
+from kvhit.impl.pool import NULL_BLOCK, BlockPool, Entry
+from kvhit.model.spec import (
+    Group,
+    Kind,
+    Query,
+    Tier,
+    Upto,
+    default_alignment,
+    fine_row,
+    reused_range,
+)
 
 Copy = Callable[[int, int, int], None]
 """``copy(group, source, destination)``: copy one block's data to another."""
@@ -77,7 +87,8 @@ class Request:
 
 class CacheHit:
     """A hit length and, per group, the cached blocks reused: the physical block ids
-    of the block indices ``first[g]`` onward.
+    of the block indices ``first[g]`` onward, -1 for a block only an offload store
+    holds, and then (``slots[g][t]``) the slot of store t holding each, or -1.
 
     The lookup hands the ids over as tensor views; :attr:`blocks` turns them into
     Python ints the first time it is read.
@@ -88,10 +99,12 @@ class CacheHit:
         length: int,
         first: tuple[int, ...],
         reused: Sequence[torch.Tensor | Sequence[int]],
+        slots: Sequence[Sequence[torch.Tensor]] = (),
     ):
         self.length = length
         self.first = first
         self.reused = tuple(reused)
+        self.slots = tuple(slots)
 
     @cached_property
     def blocks(self) -> tuple[tuple[int, ...], ...]:
@@ -99,6 +112,15 @@ class CacheHit:
         return tuple(
             tuple(b.tolist()) if isinstance(b, torch.Tensor) else tuple(b) for b in self.reused
         )
+
+    def restores(self) -> list[Restore]:
+        """Every reused block the pool lacks, from the first store (in order) holding it."""
+        out = []
+        for group, (blocks, tiers) in enumerate(zip(self.blocks, self.slots)):
+            for index in (k for k, block in enumerate(blocks) if block < 0):
+                tier, slot = next((t, int(s[index])) for t, s in enumerate(tiers) if s[index] >= 0)
+                out.append(Restore(group, index, tier, slot))
+        return out
 
     def indices(self) -> list[list[int]]:
         """Each group's reused block indices (the target protocol's ``blocks``)."""
@@ -147,9 +169,33 @@ class Coordinator:
         # A key covering La tokens past a unit's end is a key at granularity gcd(u, La).
         self.key_sizes = tuple(gcd(u, key_offset(g)) for g, u in zip(self.groups, self.units))
         self.hashers = {d: BlockHasher(d) for d in self.key_sizes}
-        group_hashers = [self.hashers[d] for d in self.key_sizes]
-        self.pool = BlockPool(num_blocks, len(self.groups), group_hashers)
+        self.pool = BlockPool(num_blocks, len(self.groups), self.group_hashers)
         self.managers = [manager_for(g, i, self.pool) for i, g in enumerate(self.groups)]
+        self.stores: list[OffloadStore] = []
+        """The offload stores (docs/design.md §4), in the order a restore prefers them."""
+        self.transfer: Transfer | None = None
+        """What moves the data of a spill or a restore (none: keys only)."""
+
+    @property
+    def group_hashers(self) -> list[BlockHasher]:
+        """Each group's hasher (by its key granularity)."""
+        return [self.hashers[d] for d in self.key_sizes]
+
+    def add_store(self, name: str, holds: frozenset[Kind], num_slots: int) -> OffloadStore:
+        """A new offload store of ``num_slots`` slots for the groups of the kinds it
+        holds; from now on the pool spills every block it evicts to the stores."""
+        store = OffloadStore(name, holds, self.groups, num_slots, self.group_hashers)
+        self.stores.append(store)
+        self.pool.on_evict = self.spill
+        return store
+
+    def spill(self, block: int, entry: Entry) -> None:
+        """The pool evicts ``block``, cached as ``entry``: each store holding its group
+        keeps a copy."""
+        for tier, store in enumerate(self.stores):
+            slot = store.keep(entry)
+            if slot is not None and self.transfer is not None:
+                self.transfer.spill(tier, entry.group, block, slot)
 
     def per_block(self, group: int) -> int:
         """How many units a block of group ``group`` has."""
@@ -169,6 +215,8 @@ class Coordinator:
         shapes = [by_shape[u, key_offset(g)] for g, u in zip(self.groups, self.units)]
         key_bound = max(h.bound for h in self.hashers.values())
         self.pool.reserve(key_bound)
+        for store in self.stores:
+            store.slots.reserve(key_bound)
         # Like the hashes, the plan of the usual lookup (max_length = T - 1) is made
         # when the request arrives.
         self.plan_for(num_tokens, num_tokens - 1)
@@ -192,22 +240,34 @@ class Coordinator:
         return [self.pool.lookup(i, h) for i, h in enumerate(request.hashes)]
 
     def find_longest_cache_hit(self, request: Request, max_length: int) -> CacheHit:
-        """The longest hit of at most ``max_length`` tokens every group can serve."""
+        """The longest hit of at most ``max_length`` tokens every group can serve, a
+        unit counting as held when the pool or some offload store has it."""
         plan = self.plan_for(request.num_tokens, max_length)
         ids = [
             self.pool.lookup(i, keys[:size], request.key_bound)
             for i, (keys, size) in enumerate(zip(request.keys, plan.sizes))
         ]
+        tiers = [
+            [
+                store.lookup(i, keys[:size], request.key_bound)
+                for i, (keys, size) in enumerate(zip(request.keys, plan.sizes))
+            ]
+            for store in self.stores
+        ]
+        missing = torch.cat(ids) < 0
+        for slots in tiers:
+            missing &= torch.cat(slots) < 0
         # amin: whether every group can serve each candidate (all(0) is slower on bools).
-        ok = valid_at(plan.plan, miss_sums(torch.cat(ids) < 0)).amin(0)
+        ok = valid_at(plan.plan, miss_sums(missing)).amin(0)
         length = int(torch.where(ok, plan.lengths, 0).max())
-        first, reused = [], []
+        first, reused, held = [], [], []
         for i, (g, group_ids) in enumerate(zip(self.unit_groups, ids)):
             lo, hi = reused_range(g, length) if length else (0, 0)
             block_first, unit_ids = self.reused_blocks(i, lo, hi, group_ids)
             first.append(block_first)
             reused.append(unit_ids)
-        return CacheHit(length, tuple(first), reused)
+            held.append([self.reused_blocks(i, lo, hi, slots[i])[1] for slots in tiers])
+        return CacheHit(length, tuple(first), reused, held if tiers else ())
 
     def reused_blocks(
         self, group: int, lo: int, hi: int, ids: torch.Tensor
@@ -225,31 +285,93 @@ class Coordinator:
         return first, ids[last]
 
     def snapshot(self, request: Request, max_length: int | None = None) -> dict[str, Any]:
-        """The cache state the request sees, as a normalized protocol query."""
-        rows = tuple(
-            coarse_row(g, u, tuple((i >= 0).tolist()))
-            for g, u, i in zip(self.groups, self.units, self.cached_ids(request))
+        """The cache state the request sees, as a normalized protocol query: the pool's
+        rows, and each offload store as a tier with a row for every group it holds."""
+        rows = self.rows(self.cached_ids(request))
+        tiers = tuple(
+            Tier(
+                store.name,
+                store.holds,
+                tuple(
+                    row if held else None
+                    for row, held in zip(self.rows(store.ids(request.hashes)), store.held)
+                ),
+            )
+            for store in self.stores
         )
         if max_length is None:
             max_length = request.num_tokens - 1
         return Query(
-            self.groups, rows, max_length, request.num_tokens, self.alignment, self.hash_unit
+            self.groups,
+            rows,
+            max_length,
+            request.num_tokens,
+            self.alignment,
+            self.hash_unit,
+            tiers,
         ).to_json()
+
+    def rows(self, ids: Sequence[torch.Tensor]) -> tuple[tuple[Any, ...], ...]:
+        """Protocol rows of each group's blocks, from where each keyed unit is held
+        (-1: nowhere)."""
+        return tuple(
+            coarse_row(g, u, tuple((i >= 0).tolist()))
+            for g, u, i in zip(self.groups, self.units, ids)
+        )
+
+    def held_ids(self, request: Request) -> list[torch.Tensor]:
+        """Per group, where each of the request's keyed units is held, or -1: its
+        cached pool block, else the slot of the first store holding it, counted after
+        the pool's blocks and the slots of the stores before it
+        (:meth:`~kvhit.impl.offload.Transfers.view`)."""
+        out = self.cached_ids(request)
+        offset = len(self.pool.ref_cnt)
+        for store in self.stores:
+            for i, slots in enumerate(store.ids(request.hashes)):
+                out[i] = torch.where((out[i] < 0) & (slots >= 0), slots + offset, out[i])
+            offset += len(store.slots.ref_cnt)
+        return out
 
     def tables_at(self, request: Request, length: int) -> list[list[int]]:
         """Per group, the block table that reads the cache as a hit of ``length`` would:
         each block before ``length`` is the block found through its last unit before
-        ``length``, or the null block when that unit is not cached."""
+        ``length`` (in the pool, else in a store: :meth:`held_ids`), or the null block
+        when that unit is held nowhere."""
         tables = []
-        for i, (ids, u) in enumerate(zip(self.cached_ids(request), self.units)):
+        for i, (ids, u) in enumerate(zip(self.held_ids(request), self.units)):
             _, blocks = self.reused_blocks(i, 0, min(length // u, ids.numel()), ids)
             table = torch.where(blocks >= 0, blocks, NULL_BLOCK).tolist()
             count = -(-length // self.groups[i].block_size)
             tables.append(table + [NULL_BLOCK] * (count - len(table)))
         return tables
 
-    def allocate(self, request: Request, hit: CacheHit, copy: Copy | None = None) -> None:
-        """Give the request its block tables: the hit's blocks, then new ones.
+    def restore(self, hit: CacheHit) -> CacheHit:
+        """Bring every reused block the pool lacks into a new pool block (the request
+        holds it), from the first store holding it, cached in the pool again under the
+        store's keys; the hit with those blocks. The hit's pool blocks must be held
+        already: a new block may evict (and spill) any other."""
+        restores = hit.restores()
+        # A spill may still uncache a pinned slot (a longer chain of its anchor takes
+        # its keys), never its data: its entry is read first.
+        entries = []
+        for r in restores:
+            self.stores[r.tier].slots.touch([r.slot])
+            entries.append(self.stores[r.tier].slots.key[r.slot])
+        blocks = [list(b) for b in hit.blocks]
+        for r, entry in zip(restores, entries):
+            assert entry is not None, "the lookup found the slot through its entry"
+            block = self.pool.allocate()
+            if self.transfer is not None:
+                self.transfer.load(r.tier, r.group, r.slot, block)
+            self.pool.cache(block, r.group, entry.chain, entry.findable)
+            blocks[r.group][r.index] = block
+        for r in restores:
+            self.stores[r.tier].slots.free([r.slot])
+        return CacheHit(hit.length, hit.first, blocks) if restores else hit
+
+    def allocate(self, request: Request, hit: CacheHit, copy: Copy | None = None) -> CacheHit:
+        """Give the request its block tables: the hit's blocks (a block only a store
+        holds restored first: :meth:`restore`), then new ones; the hit as allocated.
 
         Every group's hit blocks are taken before any group's new blocks: a new block
         comes from the free queue, which also holds the cached blocks nobody runs on,
@@ -262,7 +384,8 @@ class Coordinator:
         (no data to move) only the blocks change.
         """
         for blocks in hit.blocks:
-            self.pool.touch(blocks)
+            self.pool.touch(b for b in blocks if b >= 0)
+        hit = self.restore(hit)
         request.tables, request.filled_from = [], []
         for i, (m, first, blocks) in enumerate(zip(self.managers, hit.first, hit.blocks)):
             b = self.groups[i].block_size
@@ -277,6 +400,7 @@ class Coordinator:
             # A hit inside a block that reuses nothing of it (a one-token window, a
             # chunk starting there) leaves the block's first tokens uncomputed.
             request.filled_from.append(first if blocks else -(-hit.length // b))
+        return hit
 
     def cache_full_blocks(self, request: Request) -> None:
         """After prefill: cache every block the request filled, a partially filled one
@@ -298,11 +422,15 @@ class Coordinator:
             for d, hashes in request.held.items():
                 self.hashers[d].release(hashes)
 
-    def preload(self, request: Request, rows: Sequence[Sequence[bool]]) -> None:
-        """Make the pool hold exactly the units ``rows[g][i]`` of the request's keyed
-        units (one bit per unit, as in :func:`~kvhit.model.spec.fine_query`; a unit
-        past the request's keyed units is ignored), cached and free. Each block is
-        cached through its last held unit: its chain from its first unit to that one."""
+    def preload(
+        self, request: Request, rows: Sequence[Sequence[bool]], pool: BlockPool | None = None
+    ) -> None:
+        """Make the pool (or a store's ``pool`` of slots) hold exactly the units
+        ``rows[g][i]`` of the request's keyed units (one bit per unit, as in
+        :func:`~kvhit.model.spec.fine_query`; a unit past the request's keyed units is
+        ignored), cached and free. Each block is cached through its last held unit:
+        its chain from its first unit to that one."""
+        pool = self.pool if pool is None else pool
         held = []
         for i, (row, hashes) in enumerate(zip(rows, request.hashes)):
             per, ids = self.per_block(i), hashes.tolist()
@@ -311,10 +439,10 @@ class Coordinator:
                 last = max((k for k, bit in enumerate(bits) if bit), default=None)
                 if last is not None:
                     chain = ids[start : start + last + 1]
-                    block = self.pool.allocate()
-                    self.pool.cache(block, i, chain, self.managers[i].findable(chain))
+                    block = pool.allocate()
+                    pool.cache(block, i, chain, self.managers[i].findable(chain))
                     held.append(block)
-        self.pool.free(held)
+        pool.free(held)
 
 
 def unit_keys(

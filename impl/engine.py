@@ -24,9 +24,10 @@ from typing import Any
 import torch
 
 from kvhit.impl.coordinator import CacheHit, Coordinator, Request
+from kvhit.impl.offload import OffloadStore, Transfers
 from kvhit.impl.pool import NULL_BLOCK, BlockPool, PoolExhausted
 from kvhit.impl.tiny_model import PagedStore, Prefill, TinyHybrid
-from kvhit.model.spec import Group
+from kvhit.model.spec import Group, Kind
 
 
 @dataclass
@@ -56,6 +57,14 @@ class Engine:
         self.coord = Coordinator(groups, num_blocks, alignment, hash_unit)
         self.model = TinyHybrid(groups, seed, dim, units=self.coord.units)
         self.store = PagedStore(groups, num_blocks, dim)
+        self.transfers = Transfers(self.store)
+        self.coord.transfer = self.transfers
+
+    def add_store(self, name: str, holds: frozenset[Kind], num_slots: int) -> OffloadStore:
+        """An offload store of ``num_slots`` slots for the groups of the kinds it holds,
+        with its data (:meth:`Coordinator.add_store`)."""
+        self.transfers.stores.append(PagedStore(self.model.groups, num_slots + 1, self.model.dim))
+        return self.coord.add_store(name, holds, num_slots)
 
     def admit(self, tokens: Sequence[int]) -> tuple[Request, Served] | None:
         """Admit a prompt and prefill it from its longest cache hit (at most T - 1
@@ -65,7 +74,7 @@ class Engine:
         hit = self.coord.find_longest_cache_hit(request, request.num_tokens - 1)
         if fresh_blocks(self.coord, request, hit) > free_blocks(self.coord.pool, hit):
             return None
-        self.coord.allocate(request, hit, self.store.copy)
+        hit = self.coord.allocate(request, hit, self.store.copy)
         tables = [list(table) for table in request.tables]
         result = self.model.prefill(request.tokens, hit.length, request.tables, self.store)
         self.store.write(request.tables, result)
@@ -88,12 +97,12 @@ class Engine:
 
     def serve_from(self, tokens: Sequence[int], length: int) -> Prefill:
         """Prefill from ``length`` whatever the cache holds, without changing it: every
-        block below ``length`` is its cached copy or, when not cached, the null block
-        (:meth:`Coordinator.tables_at`)."""
+        block below ``length`` is its cached copy (in the pool, else in an offload
+        store) or, when held nowhere, the null block (:meth:`Coordinator.tables_at`)."""
         request = self.coord.request(tokens)
         tables = self.coord.tables_at(request, length)
         self.coord.free(request)
-        return self.model.prefill(request.tokens, length, tables, self.store)
+        return self.model.prefill(request.tokens, length, tables, self.transfers.view())
 
     def scratch(self, tokens: Sequence[int]) -> torch.Tensor:
         """The logits of every token computed from scratch, reading no cache."""
@@ -102,8 +111,9 @@ class Engine:
 
 def fresh_blocks(coord: Coordinator, request: Request, hit: CacheHit) -> int:
     """How many new blocks the request needs after its hit, over every group (a block
-    the hit ends inside is copied into a new one)."""
-    return sum(
+    the hit ends inside is copied into a new one, a block only a store holds is
+    restored into one)."""
+    return len(hit.restores()) + sum(
         -(-request.num_tokens // g.block_size)
         - first
         - len(blocks)
@@ -114,5 +124,6 @@ def fresh_blocks(coord: Coordinator, request: Request, hit: CacheHit) -> int:
 
 def free_blocks(pool: BlockPool, hit: CacheHit) -> int:
     """The free blocks left once the hit's blocks are taken out of the free queue."""
-    reused = {b for blocks in hit.blocks for b in blocks if b != NULL_BLOCK}
+    # A block only a store holds (-1) is restored into a new block (fresh_blocks).
+    reused = {b for blocks in hit.blocks for b in blocks if b > NULL_BLOCK}
     return len(pool.free_queue) - sum(1 for b in reused if pool.ref_cnt[b] == 0)

@@ -35,7 +35,7 @@ is what a protocol row can say (``true``, ``{"upto": p}``, ``false``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -74,6 +74,9 @@ class BlockPool:
         """Per group, anchor key -> the block cached there and its chain."""
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.tables = [torch.full((0,), -1, dtype=torch.int64) for _ in range(num_groups)]
+        self.on_evict: Callable[[int, Entry], None] | None = None
+        """Called with a cached block and its entry just before :meth:`allocate` evicts
+        it (an offload store spills it there: :mod:`kvhit.impl.offload`)."""
 
     def lookup(self, group: int, hashes: torch.Tensor, bound: int | None = None) -> torch.Tensor:
         """The cached block holding each hash id of ``group``, or -1 (vectorized).
@@ -101,6 +104,9 @@ class BlockPool:
         if not self.free_queue:
             raise PoolExhausted("every block is in use")
         block, _ = self.free_queue.popitem(last=False)
+        entry = self.key[block]
+        if entry is not None and self.on_evict is not None:
+            self.on_evict(block, entry)
         self.uncache(block)
         self.ref_cnt[block] = 1
         return block
@@ -140,12 +146,11 @@ class BlockPool:
         block this one completes further) gives way to it.
         """
         chain = tuple(chain)
+        if not self.can_cache(group, chain):
+            return False
         anchored = self.anchors[group].get(chain[0])
         if anchored is not None:
-            holder, theirs = anchored
-            if len(theirs) >= len(chain) or theirs != chain[: len(theirs)]:
-                return False
-            self.uncache(holder)
+            self.uncache(anchored[0])
         entry = Entry(group, chain, chain if findable is None else tuple(findable))
         self.reserve(max(entry.findable) + 1)
         table = self.tables[group]
@@ -156,6 +161,15 @@ class BlockPool:
         if self.hashers is not None:
             self.hashers[group].hold(chain[-1])
         return True
+
+    def can_cache(self, group: int, chain: Sequence[int]) -> bool:
+        """Whether :meth:`cache` would cache a block under ``chain`` in ``group``: no
+        block of its anchor is cached, or only one whose chain this one extends."""
+        anchored = self.anchors[group].get(chain[0])
+        if anchored is None:
+            return True
+        theirs = anchored[1]
+        return len(theirs) < len(chain) and theirs == tuple(chain[: len(theirs)])
 
     def uncache(self, block: int) -> None:
         """Forget the cached data of ``block`` (eviction)."""

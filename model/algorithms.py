@@ -46,7 +46,7 @@ Finder = Callable[[Any], Any]
 
 def group_finders(q: Query, ops: Ops = PY) -> list[Finder]:
     """Each group's finder m -> f_g(m), in group order (over the :func:`fine_query`)."""
-    q = fine_query(q)
+    q = fine_query(q, ops)
     return [
         partial(find, g, row, alignment=q.alignment, num_tokens=q.num_tokens, ops=ops)
         for g, row in zip(q.groups, q.cached)
@@ -237,7 +237,7 @@ def spiral_finders(q: Query, ops: Ops = PY) -> list[Finder]:
         return f
 
     right = group_finders(q, ops)
-    q = fine_query(q)
+    q = fine_query(q, ops)
     return [spiral(g, row) if g.eagle else f for g, row, f in zip(q.groups, q.cached, right)]
 
 
@@ -263,7 +263,7 @@ def longest_of(q: Query, lengths: Iterable[Any], ops: Ops = PY) -> Any:
         1
     """
     best: Any = 0
-    q = fine_query(q)
+    q = fine_query(q, ops)
     for length in sorted(lengths):
         every = ops.and_(
             length <= q.max_length,

@@ -368,18 +368,18 @@ def tier_rows(t: Tier) -> tuple[Any, ...]:
     return tuple(() if row is None else row for row in t.cached)
 
 
-def fine_query(q: Query) -> Query:
+def fine_query(q: Query, ops: Ops = PY) -> Query:
     """The query at hash-unit granularity (itself when it has no hash unit): every
     group at block size h with its :func:`fine_row`, every other field the same. A
     hit is valid for the query iff it is valid for this one (docs/design.md §1.6).
-    A tiered query's tiers are folded in first (:func:`held_query`).
+    A tiered query's tiers are folded in first (:func:`held_query`, over ``ops``).
 
     >>> q = Query((Group("full", 4),), ((True, Upto(6)),), 7, 8, 2, hash_unit=2)
     >>> fine_query(q).cached, longest_hit(q)
     (((True, True, True, False),), Answer(length=6, blocks=((0, 1),)))
     """
     if q.tiers:
-        return held_query(q)
+        return held_query(q, ops)
     if q.hash_unit is None:
         return q
     h = q.hash_unit

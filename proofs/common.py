@@ -147,26 +147,27 @@ class SymQuery:
     def concrete(self, model: z3.ModelRef) -> Query:
         """The protocol query the solver's model describes (checked by the parser)."""
         q = self.query
-        groups = [protocol_group(g, model) for g in q.groups]
-        max_length = model_int(model, q.max_length)
-        rows = []
-        for g, row, count in zip(q.groups, q.cached, self.blocks):
-            bits = row.values(model, count)
-            # only the blocks a hit of at most M can look at are shown
-            need = max_length // model_int(model, g.block_size) + int(g.eagle) + self.past
-            bits = bits[: max(need, 0)]
-            while bits and not bits[-1]:
-                bits.pop()
-            rows.append(bits)
+        rows = [self.shown_row(model, i, row) for i, row in enumerate(q.cached)]
         return parse_query(
             {
-                "groups": groups,
+                "groups": [protocol_group(g, model) for g in q.groups],
                 "cached": rows,
-                "max_length": max_length,
+                "max_length": model_int(model, q.max_length),
                 "num_tokens": model_int(model, q.num_tokens),
                 "alignment": model_int(model, q.alignment),
             }
         )
+
+    def shown_row(self, model: z3.ModelRef, i: int, row: SymRow) -> list[bool]:
+        """A row of group i in the solver's model: only the blocks a hit of at most M
+        can look at, its trailing misses dropped."""
+        g = self.query.groups[i]
+        bits = row.values(model, self.blocks[i])
+        need = model_int(model, self.query.max_length) // model_int(model, g.block_size)
+        bits = bits[: max(need + int(g.eagle) + self.past, 0)]
+        while bits and not bits[-1]:
+            bits.pop()
+        return bits
 
     def cached_count(self) -> Any:
         """How many blocks are cached, over every group (a term to minimize)."""

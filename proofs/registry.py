@@ -84,6 +84,7 @@ THEOREM_MODULES = [
     "kvhit.proofs.theorems.eagle",
     "kvhit.proofs.theorems.impl_formula",
     "kvhit.proofs.theorems.lookup",
+    "kvhit.proofs.theorems.tiers",
 ]
 """Every module that defines ``THEOREMS``, in the order ``kvhit prove`` runs them."""
 

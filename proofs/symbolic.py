@@ -40,13 +40,18 @@ class SymRow:
         return SymRow(z3.Array(name, z3.IntSort(), z3.BoolSort()), length)
 
     @staticmethod
-    def of(bits: Sequence[bool]) -> SymRow:
-        """The row of concrete bits, as a Z3 array."""
+    def of(bits: Sequence[Any]) -> SymRow:
+        """The row of these bits (plain bools or z3 terms, such as the rows
+        :func:`kvhit.model.spec.held_query` folds), as a Z3 array."""
         arr = z3.K(z3.IntSort(), z3.BoolVal(False))
         for j, bit in enumerate(bits):
-            if bit:
-                arr = z3.Store(arr, j, True)
+            if z3.is_expr(bit) or bit:
+                arr = z3.Store(arr, j, bit)
         return SymRow(arr, len(bits))
+
+    def __len__(self) -> int:
+        """The row's length, when it is concrete (as the model's ``len(row)`` reads it)."""
+        return int(self.length)
 
     def values(self, model: z3.ModelRef, count: int) -> list[bool]:
         """The row's first ``count`` bits in a solver model."""

@@ -14,7 +14,7 @@ A built-in has a *lookup* (a callable that takes a normalized protocol query, as
     >>> load("model", Mode.STATEFUL)
     Traceback (most recent call last):
     ...
-    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, vllm, sglang, or module:factory
+    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, vllm, vllm-connector, sglang, or module:factory
 
 Built-ins are imported only when asked for, so ``vllm`` and ``sglang`` cost nothing unless used.
 """
@@ -89,7 +89,9 @@ SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sgl
 BUILTINS: dict[str, BuiltIn] = {
     "model": BuiltIn("kvhit.targets.registry:model_target", shape="tiered"),
     "seed-min": BuiltIn("kvhit.targets.registry:seed_min_target"),
-    "impl": BuiltIn("kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl"),
+    "impl": BuiltIn(
+        "kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl", shape="tiered"
+    ),
     "vllm": BuiltIn(
         "kvhit.engines.vllm.target:vllm_target",
         "kvhit.engines.vllm.manager:VllmManagerEngine",

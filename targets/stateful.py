@@ -29,6 +29,14 @@ message                                                    answer
 ``{"op": "finish", "request": r}``                         anything (ignored)
 =========================================================  ==========================
 
+An engine may also have external stores (``"tiers"`` in ``create``: each a name, the
+kinds it holds and its ``num_blocks`` slots; docs/design.md §1.7). Its snapshot then
+adds ``"tiers"``, what each store holds of these tokens in the query protocol's form,
+and each admit lists its ``"moves"`` in the order they happened: a spill of a pool
+block to a store's slot, ``["spill", block, [tier, slot]]``, and a restore,
+``["restore", [tier, slot], block]`` (``tier`` counts the create message's tiers
+from 0). The content ledger follows each block's content through them.
+
 ``admit`` does what a serving engine does for a new prompt: look up its prefix hit
 (at most T - 1 tokens), allocate, "compute" tokens L … T-1 (writing every block
 from index L // b on), cache its full blocks and drop the blocks that left a window.
@@ -48,14 +56,6 @@ table holds the copy, the one block of a group that ``reused`` may list outside
 its table. A lookahead drafter's keys cover La tokens past a block's end too, so a
 block it finds must hold the request's next La tokens (docs/design.md §1.3).
 
-An engine with an external tier (an offload store, docs/design.md §1.7) adds to its
-``admit`` answer ``"spilled": [[block, slot], ...]``, the physical blocks it copied to
-slots of its store before this admit's writes (an eviction spills), and
-``"restored": [[block, slot], ...]``, the blocks of this request's tables it filled from
-a slot; its ``snapshot`` may add ``"tiers"`` (the query protocol's tier objects: what
-its store holds of these tokens). Restored blocks are read like the pool's: the
-ledger checks what their slot holds.
-
     >>> program = Program.from_json({"groups": [{"kind": "full", "block_size": 2}],
     ...     "num_blocks": 4, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
     ...                              {"op": "finish", "request": 0}]})
@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from kvhit.model.protocol import (
@@ -79,8 +80,9 @@ from kvhit.model.protocol import (
     parse_group,
     parse_hash_unit,
     parse_row,
+    parse_tiers,
 )
-from kvhit.model.spec import Group, Upto
+from kvhit.model.spec import KINDS, LOCAL, Group, Kind, Tier, Upto
 from kvhit.targets.wire import BadReturn, shown
 
 PROGRAM_FORMAT = "kvhit-stateful/1"
@@ -113,6 +115,103 @@ Op = Admit | Finish
 
 
 @dataclass(frozen=True)
+class Store:
+    """An external store of a stateful engine: ``name``, the kinds it ``holds`` and
+    its ``num_blocks`` slots."""
+
+    name: str
+    holds: frozenset[Kind]
+    num_blocks: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``create`` message's form."""
+        kinds = [k.value for k in Kind if k in self.holds]
+        return {"name": self.name, "holds": kinds, "num_blocks": self.num_blocks}
+
+
+def parse_stores(value: Any) -> tuple[Store, ...]:
+    """A program's ``tiers``: distinct names other than ``local``, kinds, slots >= 1."""
+    if not isinstance(value, list):
+        raise QueryError("tiers", "must be a list of stores")
+    out: list[Store] = []
+    for i, obj in enumerate(value):
+        field = f"tiers[{i}]"
+        if not isinstance(obj, dict) or set(obj) != {"name", "holds", "num_blocks"}:
+            raise QueryError(field, "must be {'name': ..., 'holds': [kinds], 'num_blocks': N}")
+        name, holds, slots = obj["name"], obj["holds"], obj["num_blocks"]
+        if not isinstance(name, str) or not name or name == LOCAL or name in {s.name for s in out}:
+            raise QueryError(f"{field}.name", f"must be a distinct name other than {LOCAL!r}")
+        if not isinstance(holds, list) or not holds or any(k not in KINDS for k in holds):
+            raise QueryError(
+                f"{field}.holds", f"must be a non-empty list of kinds ({', '.join(KINDS)})"
+            )
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise QueryError(
+                f"{field}.num_blocks", f"must be an integer of at least 1, got {slots!r}"
+            )
+        out.append(Store(name, frozenset(Kind(k) for k in holds), slots))
+    return tuple(out)
+
+
+class Direction(StrEnum):
+    """Which way a block's content moved between the pool and a store."""
+
+    SPILL = "spill"
+    RESTORE = "restore"
+
+
+@dataclass(frozen=True)
+class TierMove:
+    """Pool block ``block``'s content copied to slot ``slot`` of store ``tier`` (a
+    spill), or that slot's content copied into the block (a restore)."""
+
+    direction: Direction
+    block: int
+    tier: int
+    slot: int
+
+    def to_json(self) -> list[Any]:
+        """``[direction, source, destination]``: a block is its id, a slot ``[tier, slot]``."""
+        there = [self.tier, self.slot]
+        if self.direction == Direction.SPILL:
+            return [str(self.direction), self.block, there]
+        return [str(self.direction), there, self.block]
+
+
+def decode_moves(value: Any, stores: int) -> tuple[TierMove, ...]:
+    """An admit's ``moves`` of an engine of ``stores`` stores; :class:`BadReturn` if malformed.
+
+    >>> decode_moves([["spill", 3, [0, 1]], ["restore", [0, 1], 5]], 1)
+    (TierMove(direction=<Direction.SPILL: 'spill'>, block=3, tier=0, slot=1), TierMove(direction=<Direction.RESTORE: 'restore'>, block=5, tier=0, slot=1))
+    """
+    if not isinstance(value, list):
+        raise BadReturn(f"moves must be a list, got {shown(value)}")
+    out = []
+    for move in value:
+        if not (isinstance(move, list) and len(move) == 3 and move[0] in set(Direction)):
+            raise BadReturn(
+                f'a move is ["spill" | "restore", source, destination], got {shown(move)}'
+            )
+        direction = Direction(move[0])
+        block, there = (move[1], move[2]) if direction == Direction.SPILL else (move[2], move[1])
+        if not (
+            _is_id(block)
+            and isinstance(there, list)
+            and len(there) == 2
+            and all(map(_is_id, there))
+        ):
+            raise BadReturn(f"a move names a block id and a [tier, slot], got {shown(move)}")
+        if there[0] >= stores:
+            raise BadReturn(f"a move names tier {there[0]}; the engine has {stores}")
+        out.append(TierMove(direction, block, there[0], there[1]))
+    return tuple(out)
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True)
 class Program:
     """An engine's configuration and the operations to run on it, in order."""
 
@@ -121,15 +220,20 @@ class Program:
     alignment: int
     ops: tuple[Op, ...] = ()
     hash_unit: int | None = None
+    tiers: tuple[Store, ...] = ()
 
     def config(self) -> dict[str, Any]:
         """The ``create`` message without its ``op`` (what a factory receives)."""
-        out = {
+        out: dict[str, Any] = {
             "groups": [g.to_json() for g in self.groups],
             "num_blocks": self.num_blocks,
             "alignment": self.alignment,
         }
-        return out if self.hash_unit is None else {**out, "hash_unit": self.hash_unit}
+        if self.hash_unit is not None:
+            out["hash_unit"] = self.hash_unit
+        if self.tiers:
+            out["tiers"] = [t.to_json() for t in self.tiers]
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The program as JSON (the replay file's ``program``)."""
@@ -152,7 +256,8 @@ class Program:
         if not isinstance(ops, list):
             raise QueryError("ops", "must be a list of operations")
         parsed = tuple(parse_op(o, i) for i, o in enumerate(ops))
-        return Program(groups, num_blocks, alignment, parsed, hash_unit)
+        stores = parse_stores(obj.get("tiers", []))
+        return Program(groups, num_blocks, alignment, parsed, hash_unit, stores)
 
 
 def parse_op(obj: Any, index: int) -> Op:
@@ -178,18 +283,16 @@ def _is_token(value: Any) -> bool:
 @dataclass(frozen=True)
 class Admitted:
     """An engine's answer to ``admit``: the hit, the blocks it took from the cache,
-    its block tables (None where the request holds no block), per group the copy of
-    the block the hit ends inside (its table index and the cached block copied; None:
-    no copy, and empty: none in any group), and the (block, slot) pairs it spilled to
-    and restored from an external store."""
+    its block tables (None where the request holds no block) and, per group, the copy
+    of the block the hit ends inside (its table index and the cached block copied;
+    None: no copy, and empty: none in any group)."""
 
     length: int
     reused: tuple[tuple[int, ...], ...]
     tables: tuple[tuple[int | None, ...], ...]
     outputs_match: bool | None = None
     copied: tuple[tuple[int, int] | None, ...] = ()
-    spilled: tuple[tuple[int, int], ...] = ()
-    restored: tuple[tuple[int, int], ...] = ()
+    moves: tuple[TierMove, ...] = ()
 
     def copy_of(self, group: int) -> tuple[int, int] | None:
         """Group ``group``'s copy: (table index, cached block copied there), or None."""
@@ -226,9 +329,10 @@ def _id_list(value: Any, field: str, nullable: bool) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def decode_admitted(value: Any, groups: tuple[Group, ...]) -> Admitted | None:
-    """An ``admit`` answer of an engine of ``groups``, or None for ``{"rejected":
-    ...}``; :class:`BadReturn` if it does not follow the protocol."""
+def decode_admitted(value: Any, groups: tuple[Group, ...], stores: int = 0) -> Admitted | None:
+    """An ``admit`` answer of an engine of ``groups`` (and ``stores`` external stores),
+    or None for ``{"rejected": ...}``; :class:`BadReturn` if it does not follow the
+    protocol."""
     num_groups = len(groups)
     if isinstance(value, dict) and "rejected" in value:
         return None
@@ -248,17 +352,8 @@ def decode_admitted(value: Any, groups: tuple[Group, ...]) -> Admitted | None:
     )
     outputs_match = value.get("outputs_match")
     shown_match = outputs_match if isinstance(outputs_match, bool) else None
-    moves = [transfers(value.get(name, []), name) for name in ("spilled", "restored")]
-    return Admitted(length, reused, tables, shown_match, copied if any(copied) else (), *moves)
-
-
-def transfers(value: Any, field: str) -> tuple[tuple[int, int], ...]:
-    """An admit's ``spilled`` or ``restored`` list: ``[block, slot]`` pairs of ints;
-    :class:`BadReturn` if malformed."""
-    pairs = value if isinstance(value, list) else None
-    if pairs is None or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-        raise BadReturn(f"{field} must be a list of [block, slot] pairs")
-    return tuple((_id_list(p, field, False)[0], _id_list(p, field, False)[1]) for p in pairs)
+    moves = decode_moves(value.get("moves", []), stores)
+    return Admitted(length, reused, tables, shown_match, copied if any(copied) else (), moves)
 
 
 def copy_in(
@@ -293,6 +388,24 @@ def decode_snapshot(
         )
     except QueryError as err:
         raise BadReturn(f"snapshot: {err}") from None
+
+
+def decode_snapshot_tiers(
+    value: Any, groups: tuple[Group, ...], stores: tuple[Store, ...], hash_unit: int | None
+) -> tuple[Tier, ...]:
+    """What a ``snapshot`` answer says each store holds (its ``tiers``, one per store,
+    in order, named as created); :class:`BadReturn` if malformed."""
+    if not stores:
+        return ()
+    tiers = value.get("tiers") if isinstance(value, dict) else None
+    try:
+        parsed = parse_tiers(tiers, groups, hash_unit)
+    except QueryError as err:
+        raise BadReturn(f"snapshot: {err}") from None
+    if [t.name for t in parsed] != [s.name for s in stores]:
+        names = ", ".join(s.name for s in stores)
+        raise BadReturn(f"snapshot: tiers must name the engine's stores in order ({names})")
+    return parsed
 
 
 class EngineHost:

@@ -28,7 +28,7 @@ from test_impl_fine import spec_answer
 from kvhit.harness.random_cases import make_group
 from kvhit.impl.engine import Engine
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import DRAFTERS, Drafter, Group, answer_at, fine_query, valid
+from kvhit.model.spec import DRAFTERS, Drafter, Group, Query, answer_at, fine_query, valid
 
 VOCAB = 4
 
@@ -99,21 +99,26 @@ def base(g: Group) -> Group:
     return replace(g, drafter=None)
 
 
+def servable(q: Query, length: int) -> bool:
+    """Whether every layer of the tiny model can serve ``length`` from what the cache
+    holds (its drafters aside: the model has none)."""
+    fine = fine_query(q)
+    return all(
+        valid(base(g), row, length, q.num_tokens) for g, row in zip(fine.groups, fine.cached)
+    )
+
+
 def check_every_candidate(engine: Engine, prompt: list[int], scratch: torch.Tensor) -> int:
     """Serve ``prompt`` from every candidate L in the current cache; return how many
     candidates were poisoned (some layer could not serve them)."""
     request = engine.coord.request(prompt)
     q = parse_query(engine.coord.snapshot(request))
     engine.coord.free(request)
-    fine = fine_query(q)
     poisoned = 0
     for length in q.candidates():
         result = engine.serve_from(prompt, length)
         assert result.reads == [list(blocks) for blocks in answer_at(q, length).blocks]
-        servable = all(
-            valid(base(g), row, length, q.num_tokens) for g, row in zip(fine.groups, fine.cached)
-        )
-        if servable:
+        if servable(q, length):
             assert (result.logits - scratch[length:]).abs().max() <= 1e-12
         else:
             assert result.logits.isnan().any()

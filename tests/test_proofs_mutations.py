@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import z3
+from test_proofs_tiers import tier_rows_lent
 
 from kvhit.impl import coordinator, formula
 from kvhit.model import algorithms, finders, spec
@@ -201,6 +202,7 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
         lambda mp: mp.setattr(spec.Group, "eagle", property(none_drafter_drops)),
     ),
     "fine_row_faithful": (2, patch_fine_row),
+    "tiered_fixed_point_longest": (2, lambda mp: mp.setattr(spec, "tier_rows", tier_rows_lent)),
 }
 """Claims expected to hold: (bound, the break)."""
 
@@ -235,6 +237,15 @@ REPAIRS: dict[str, tuple[int, Patch]] = {
         3,
         lambda mp: mp.setattr(spec, "window_span", lambda g, ops=PY: g.window + 10**6),
     ),
+    **{
+        f"{run.__name__}_safe": (
+            3,
+            lambda mp, name=name: mp.setitem(
+                algorithms.WRONG_TIER_COMBINATIONS, name, algorithms.fixed_point
+            ),
+        )
+        for name, run in algorithms.WRONG_TIER_COMBINATIONS.items()
+    },
 }
 """Known-wrong algorithms: (bound, the repair)."""
 

@@ -77,8 +77,9 @@ def settings(target: str, shape: str | None) -> RunSettings:
     return RunSettings(TargetSpec(target), None, 10, 0, shape, "out", False, 1, None)
 
 
-def test_the_sglang_target_gets_its_shape_by_default() -> None:
+def test_each_built_in_gets_its_shape_by_default() -> None:
     assert settings("sglang", None).drawn_shape() == QueryShape.SGLANG
     assert settings("sglang", "any").drawn_shape() == QueryShape.ANY
-    assert settings("impl", None).drawn_shape() == QueryShape.ANY
+    assert settings("impl", None).drawn_shape() == QueryShape.TIERED
+    assert settings("vllm", None).drawn_shape() == QueryShape.ANY
     assert settings("impl", "sglang").drawn_shape() == QueryShape.SGLANG

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from kvhit.cli.main import main
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import random_queries, tiered_query
+from kvhit.harness.stateful import run_program
 from kvhit.model.algorithms import (
     WRONG_TIER_COMBINATIONS,
     brute_force,
@@ -21,8 +22,10 @@ from kvhit.model.algorithms import (
 from kvhit.model.protocol import QueryError, parse_query
 from kvhit.model.spec import LOCAL, held_query, local_query, longest_hit, valid_all
 from kvhit.model.tiers import hit_plan
-from kvhit.reference import fixed_point_answer
+from kvhit.reference import fixed_point_answer, wrong_tier_answers
 from kvhit.targets.registry import get
+from kvhit.targets.runner import CallableRunner
+from kvhit.targets.stateful import Program
 from kvhit.targets.wire import QueryTarget
 
 FULL_MAMBA = {
@@ -142,3 +145,135 @@ def test_check_refuses_a_tier_row_for_a_missing_group_in_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
     assert "tiers[0].cached.5: no group 5" in out.stderr
+
+
+# --- stateful engines with external stores ----------------------------------------
+
+STORED = {
+    "groups": [{"kind": "full", "block_size": 2}],
+    "num_blocks": 4,
+    "tiers": [{"name": "cpu", "holds": ["full"], "num_blocks": 2}],
+}
+
+
+def scripted(answers, snapshots):
+    """An engine of one store answering its admits and snapshots in turn."""
+    replies = {"admit": iter(answers), "snapshot": iter(snapshots)}
+
+    def engine(message):
+        return next(replies[message["op"]]) if message["op"] in replies else {}
+
+    return CallableRunner(engine, 10.0)
+
+
+def stored_program(*prompts):
+    ops = [{"op": "admit", "request": i, "tokens": list(t)} for i, t in enumerate(prompts)]
+    return Program.from_json({**STORED, "ops": ops})
+
+
+def snapshot(local, tier):
+    return {"cached": [local], "tiers": [{"name": "cpu", "holds": ["full"], "cached": {"0": tier}}]}
+
+
+FIRST = {"length": 0, "reused": [[]], "tables": [[0, 1]], "moves": []}
+# r1 evicts r0's block 0 to slot 0 of the store, then restores it into block 2
+MOVES = [["spill", 0, [0, 0]], ["restore", [0, 0], 2]]
+RESTORED = {"length": 2, "reused": [[2]], "tables": [[2, 3]], "moves": MOVES}
+
+
+def test_a_block_restored_from_what_was_spilled_holds_the_request_tokens():
+    steps = run_program(
+        scripted([FIRST, RESTORED], [snapshot([], []), snapshot([], [True])]),
+        stored_program((1, 2, 3), (1, 2, 4)),
+    )
+    assert [s.outcome.cls for s in steps] == ["ok", "ok"]
+    assert steps[1].snapshot is not None and steps[1].snapshot.tiers[0].name == "cpu"
+
+
+def test_a_block_restored_from_a_slot_nothing_was_spilled_to_is_stale():
+    restored = {**RESTORED, "moves": MOVES[1:]}
+    steps = run_program(
+        scripted([FIRST, restored], [snapshot([], []), snapshot([], [True])]),
+        stored_program((1, 2, 3), (1, 2, 4)),
+    )
+    assert steps[1].outcome.cls == "unsafe"
+    assert steps[1].outcome.reason.startswith("stale block: group 0 block 0 is physical block 2")
+
+
+def test_a_restore_of_other_tokens_is_stale():
+    steps = run_program(
+        scripted([FIRST, RESTORED], [snapshot([], []), snapshot([], [True])]),
+        stored_program((1, 2, 3), (5, 6, 4)),
+    )
+    assert steps[1].outcome.cls == "unsafe"
+
+
+@pytest.mark.parametrize(
+    ("move", "why"),
+    [
+        (["spill", 0, [1, 0]], "names tier 1; the engine has 1"),
+        (["copy", 0, [0, 0]], "a move is"),
+        (["restore", 0, [0, 0]], "names a block id and a [tier, slot]"),
+    ],
+)
+def test_a_malformed_move_is_a_bad_return(move, why):
+    answer = {**FIRST, "moves": [move]}
+    steps = run_program(scripted([answer], [snapshot([], [])]), stored_program((1, 2, 3)))
+    assert steps[0].outcome.cls == "bad_return" and why in steps[0].outcome.reason
+
+
+def test_a_snapshot_without_the_stores_is_a_bad_return():
+    steps = run_program(scripted([FIRST], [{"cached": [[]]}]), stored_program((1, 2, 3)))
+    assert steps[0].outcome.cls == "bad_return" and "tiers" in steps[0].outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("store", "field"),
+    [
+        ({"name": "local", "holds": ["full"], "num_blocks": 2}, "tiers[0].name"),
+        ({"name": "cpu", "holds": ["gpu"], "num_blocks": 2}, "tiers[0].holds"),
+        ({"name": "cpu", "holds": ["full"], "num_blocks": 0}, "tiers[0].num_blocks"),
+        ({"name": "cpu", "holds": ["full"]}, "tiers[0]"),
+    ],
+)
+def test_a_malformed_store_names_its_field(store, field):
+    with pytest.raises(QueryError) as err:
+        Program.from_json({**STORED, "tiers": [store]})
+    assert err.value.field == field
+
+
+def test_a_program_with_stores_round_trips_and_tells_the_engine_of_them():
+    p = stored_program((1, 2, 3))
+    assert Program.from_json(p.to_json()) == p
+    assert p.config()["tiers"] == STORED["tiers"]
+
+
+def test_the_stateful_impl_passes_a_campaign_of_engines_with_stores(tmp_path):
+    out = CliRunner().invoke(
+        main,
+        [
+            "gate",
+            "--target",
+            "impl",
+            "--stateful",
+            "--seconds",
+            "6",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert out.exit_code == 0, out.output
+
+
+def test_the_reference_answers_each_wrong_combination_as_the_model_does():
+    for q in random_queries(9, 1500, shape="tiered"):
+        model = {name: wrong(q) for name, wrong in WRONG_TIER_COMBINATIONS.items()}
+        assert wrong_tier_answers(q) == model, q
+
+
+def test_check_answers_the_wrong_combinations_at_a_huge_max_length():
+    q = parse_query({**FULL_MAMBA, "max_length": 10**12})
+    out = CliRunner().invoke(main, ["check", "-"], input=json.dumps(q.to_json()))
+    assert out.exit_code == 0, out.output
+    assert "max of groups answered 8 (unsafe)" in out.output

@@ -18,15 +18,14 @@ from kvhit.engines.vllm.target import RELEASE, vllm_answer
 from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
 from kvhit.errors import Unsupported
 from kvhit.harness.compare import ReplyClass, judge_reply
-from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.harness.stateful import run_program
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Query, local_query, longest_hit
+from kvhit.model.spec import Query, local_query, longest_hit
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import Reply
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import Admitted, Program
+from kvhit.targets.stateful import Program
 
 RELEASES_DIR = Path(sys.prefix) / "vllm"
 OLDER = sorted(
@@ -232,7 +231,8 @@ def spill_and_restore() -> Program:
         {"op": "admit", "request": 2, "tokens": first},
     ]
     groups = [{"kind": "full", "block_size": 2}]
-    return Program.from_json({"groups": groups, "num_blocks": 3, "ops": ops})
+    store = {"name": "host", "holds": ["full"], "num_blocks": 4}
+    return Program.from_json({"groups": groups, "num_blocks": 3, "tiers": [store], "ops": ops})
 
 
 def test_a_program_spills_and_restores_through_the_ledger() -> None:
@@ -242,20 +242,6 @@ def test_a_program_spills_and_restores_through_the_ledger() -> None:
         return
     assert [s.outcome.cls for s in steps] == [OK] * 5
     spilling, restoring = steps[2].answer, steps[4].answer
-    assert len(spilling["spilled"]) == 3
-    assert restoring["length"] == 4 and len(restoring["restored"]) == 2
-
-
-def test_the_ledger_checks_what_a_restore_holds() -> None:
-    groups = (Group("full", 2),)
-    ledger = Ledger()
-    ledger.record(groups, (1, 2, 3, 4), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
-    spilled = Admitted(0, ((),), ((5, 6),), spilled=((5, 0), (6, 1)))
-    ledger.transfer(spilled)
-    ledger.record(groups, (9, 9, 9, 9), spilled, request=1, op=2)
-    right = Admitted(2, ((7,),), ((7, 8),), restored=((7, 0),))
-    wrong = Admitted(2, ((7,),), ((7, 8),), restored=((7, 1),))
-    ledger.transfer(right)
-    assert ledger.problem(groups, (1, 2, 3, 4), right) == ""
-    ledger.transfer(wrong)
-    assert ledger.problem(groups, (1, 2, 3, 4), wrong).startswith("stale block: group 0 block 0")
+    assert [m[0] for m in spilling["moves"]] == ["spill"] * 3
+    assert restoring["length"] == 4
+    assert [m[0] for m in restoring["moves"]].count("restore") == 2
