@@ -7,10 +7,10 @@ the local boundary vLLM hands it can be loaded from outside the pool. This conne
 answers from the query's tiers (docs/design.md §1.7), for the groups whose kind some
 tier holds, and for those only, as a real connector does (LMCache holds attention KV,
 not Mamba states): the answer is the longest extension E such that the local
-boundary B plus E is a candidate (a multiple of A, at most M) at which every group a
-tier holds is valid, every block wholly before B taken as the local pool's (the
-connector cannot see the pool) and every block from B on as the tiers hold it
-(:func:`external_hit`). Groups no tier holds are not looked at: whether the hit is
+boundary B plus E is a candidate (a multiple of A, at most M) through which the tiers
+hold those groups' tokens contiguously, every unit of attention KV from B to B + E and
+the Mamba state at B + E (:func:`external_hit`; the connector cannot see the pool, so
+it trusts vLLM's boundary). Groups no tier holds are not looked at: whether the hit is
 valid for them is left to vLLM's scheduler, which is what kvhit checks.
 
 Capability flags are switchable (vLLM reads them; kvhit's target sets them from the
@@ -39,7 +39,8 @@ from typing import Any
 
 from kvhit.engines.vllm.release import import_failure
 from kvhit.errors import UndrivableTarget
-from kvhit.model.spec import Group, Kind, Query, fine_query, held_query, reused_blocks, valid
+from kvhit.model.ops import PY
+from kvhit.model.spec import Group, Kind, Query, fine_query, held_query, reused_blocks
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -86,27 +87,31 @@ def external_query(q: Query) -> Query:
     return fine_query(held_query(replace(q, cached=tuple(() for _ in q.cached))))
 
 
-def trusted_row(g: Group, row: Any, boundary: int) -> tuple[bool, ...]:
-    """A fine row with every unit wholly before ``boundary`` held: what a connector
-    assumes of the local pool below the boundary vLLM hands it."""
-    return tuple(bool(bit) or (j + 1) * g.block_size <= boundary for j, bit in enumerate(row))
+def holds_through(g: Group, row: Any, boundary: int, length: int) -> bool:
+    """Whether a tier's fine row (block size h) holds group g's tokens from
+    ``boundary`` to ``length``: every unit of attention KV in between (as a store of
+    chunks counts them), or a Mamba group's state at ``length``."""
+    h = g.block_size
+    if g.kind == Kind.MAMBA:
+        return PY.bit(row, length // h - 1)
+    return bool(PY.all_cached(row, boundary // h, -(-length // h)))
 
 
 def extends_to(q: Query, boundary: int, length: int) -> bool:
-    """Whether every group a tier holds is valid at ``length`` with the pool trusted
-    before ``boundary`` and the tiers' rows from there on."""
+    """Whether the tiers hold every group they hold a kind of from ``boundary`` to
+    ``length`` (:func:`holds_through`)."""
     ext = external_query(q)
     return all(
-        valid(g, trusted_row(g, row, boundary), length, q.num_tokens)
+        holds_through(g, row, boundary, length)
         for g, row, held in zip(ext.groups, ext.cached, tier_held(q))
         if held
     )
 
 
 def external_hit(q: Query, boundary: int) -> int:
-    """The tokens the tiers can supply past the local ``boundary``: the longest E ≥ 0
-    such that ``boundary + E`` is a candidate at which every group a tier holds is
-    valid (:func:`extends_to`), E = 0 if none is.
+    """The tokens the tiers hold contiguously past the local ``boundary``, for the
+    groups whose kind they hold: the longest E ≥ 0 such that ``boundary + E`` is a
+    candidate through which they hold them (:func:`extends_to`), E = 0 if none is.
 
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2}],
