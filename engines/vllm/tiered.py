@@ -159,7 +159,7 @@ class KvhitForCausalLM(torch.nn.Module):
         raise NotImplementedError("kvhit drives vLLM's scheduler only")
 
 
-MODEL = {
+HF_CONFIG = {
     "architectures": [KvhitForCausalLM.__name__],
     "model_type": "llama",
     "hidden_size": 64,
@@ -178,11 +178,11 @@ limit and architecture matter to the scheduler)."""
 
 @cache
 def model_dir() -> str:
-    """A directory holding :data:`MODEL` as ``config.json``, the architecture
+    """A directory holding :data:`HF_CONFIG` as ``config.json``, the architecture
     registered with vLLM (once per process)."""
     ModelRegistry.register_model(KvhitForCausalLM.__name__, KvhitForCausalLM)
     path = Path(tempfile.mkdtemp(prefix="kvhit-vllm-model-"))
-    (path / "config.json").write_text(json.dumps(MODEL))
+    (path / "config.json").write_text(json.dumps(HF_CONFIG))
     return str(path)
 
 
