@@ -254,12 +254,14 @@ def tiered_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
 
 class QueryShape(StrEnum):
     """Which queries a generator draws: ``any`` (every kind and mix), only states one
-    engine can hold (``sglang``: :func:`sglang_query`), or ``tiered`` (``any`` with
-    external tiers: :func:`tiered_query`)."""
+    engine can hold (``sglang``: :func:`sglang_query`; ``sglang-hicache``: the same
+    split between SGLang's device and its host tier, :func:`sglang_hicache_query`), or
+    ``tiered`` (``any`` with external tiers: :func:`tiered_query`)."""
 
     ANY = "any"
     SGLANG = "sglang"
     TIERED = "tiered"
+    SGLANG_HICACHE = "sglang-hicache"
 
 
 def prefix_blocks(row: Sequence[bool]) -> int:
@@ -314,10 +316,40 @@ def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     )
 
 
+def sglang_hicache_query(
+    rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES
+) -> Query:
+    """A :func:`sglang_query` split between SGLang's device and one host tier as its
+    HiCache holds it (:mod:`kvhit.engines.sglang.hicache`): the device (the local rows)
+    holds full blocks 0 … D-1 and the window and Mamba bits below D; the tier ``host``
+    holds the full blocks and the window and Mamba bits from D on, and some of those
+    below D (backed-up copies of what the device holds). Its held rows are the
+    :func:`sglang_query`'s.
+
+    >>> q = sglang_hicache_query(random.Random(4))
+    >>> [t.name for t in q.tiers], all(t.holds <= {"full", "sliding_window", "mamba"} for t in q.tiers)
+    (['host'], True)
+    """
+    q = sglang_query(rng, max_blocks, kinds)
+    full = prefix_blocks(q.cached[[g.kind for g in q.groups].index(Kind.FULL)])
+    device = rng.randint(0, full)
+    local = tuple(
+        (True,) * device if g.kind == Kind.FULL else tuple(row[:device])
+        for g, row in zip(q.groups, q.cached)
+    )
+    host = tuple(
+        tuple(bit and (j >= device or rng.random() < 0.5) for j, bit in enumerate(row))
+        for row in q.cached
+    )
+    tier = Tier("host", frozenset(g.kind for g in q.groups), host)
+    return replace(q, cached=local, tiers=(tier,))
+
+
 DRAWERS: dict[QueryShape, Callable[[random.Random, int, Sequence[str]], Query]] = {
     QueryShape.ANY: random_query,
     QueryShape.SGLANG: sglang_query,
     QueryShape.TIERED: tiered_query,
+    QueryShape.SGLANG_HICACHE: sglang_hicache_query,
 }
 
 

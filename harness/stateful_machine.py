@@ -151,6 +151,7 @@ ENGINE_DRAWERS = {
     QueryShape.ANY: engines,
     QueryShape.SGLANG: one_tree_engines,
     QueryShape.TIERED: tiered_engines,
+    QueryShape.SGLANG_HICACHE: one_tree_engines,
 }
 """The engine configurations a campaign draws, by ``--shape``: ``any`` (every kind,
 mixed block sizes), ``sglang`` (what SGLang's one radix tree holds) or ``tiered``

@@ -114,6 +114,11 @@ BUILTINS: dict[str, BuiltIn] = {
         shape="sglang",
         hint=SGLANG_HINT,
     ),
+    "sglang-hicache": BuiltIn(
+        "kvhit.engines.sglang.hicache:sglang_hicache_target",
+        shape="sglang-hicache",
+        hint=SGLANG_HINT,
+    ),
 }
 
 

@@ -103,12 +103,12 @@ class QueryTarget:
         ...      "tiers": [{"name": "cpu", "holds": ["full"], "cached": {"0": "1"}}]}))
         Traceback (most recent call last):
         ...
-        kvhit.errors.Unsupported: this target reads its own pool only: a query with tiers (cpu) is asked of a target that restores from them (impl, vllm-connector, model)
+        kvhit.errors.Unsupported: this target reads its own pool only: a query with tiers (cpu) is asked of a target that restores from them (docs/protocol.md lists them)
         """
         if q.tiers and not self.tiers:
             names = ", ".join(t.name for t in q.tiers)
             raise Unsupported(
                 f"this target reads its own pool only: a query with tiers ({names}) is asked "
-                "of a target that restores from them (impl, vllm-connector, model)"
+                "of a target that restores from them (docs/protocol.md lists them)"
             )
         return self.answer(q)
