@@ -39,12 +39,13 @@ install=("${python[@]}" install --quiet -c "$repo_dir/constraints.txt")
 "${install[@]}" torch
 "${install[@]}" -e "$repo_dir[test]"
 # What vllm.v1.core imports, in every release from 0.14.0 to 0.34.0: found by importing
-# the adapter under each release and adding what was missing. xgrammar goes in with
+# the adapter under each release and adding what was missing (einops: the scheduler's
+# imports in 0.29.0 and 0.30.0, for the vllm-connector target). xgrammar goes in with
 # --no-deps (a plain install drags in about 1 GB of triton).
 "${install[@]}" packaging numpy pydantic psutil regex pyzmq urllib3 msgspec \
     "transformers>=5.16.1,<5.23.0" aiohttp requests pillow pybase64 cachetools cbor2 \
     cloudpickle uvloop py-cpuinfo prometheus_client "llguidance<1.8.0" \
-    gguf openai-harmony openai blake3 mistral_common diskcache fastapi partial-json-parser
+    gguf openai-harmony openai blake3 mistral_common diskcache fastapi partial-json-parser einops
 "${install[@]}" --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
 
 wheel_dir=$(mktemp -d)

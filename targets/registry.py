@@ -14,7 +14,7 @@ A built-in has a *lookup* (a callable that takes a normalized protocol query, as
     >>> load("model", Mode.STATEFUL)
     Traceback (most recent call last):
     ...
-    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, vllm, sglang, or module:factory
+    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, vllm, vllm-connector, sglang, or module:factory
 
 Built-ins are imported only when asked for, so ``vllm`` and ``sglang`` cost nothing unless used.
 """
@@ -101,6 +101,12 @@ BUILTINS: dict[str, BuiltIn] = {
         "kvhit.engines.vllm.divergences:vllm_outside_divergences",
         hint=VLLM_HINT,
         preload="kvhit.engines.vllm.target:vllm_target",
+    ),
+    "vllm-connector": BuiltIn(
+        "kvhit.engines.vllm.tiered:vllm_connector_target",
+        "kvhit.engines.vllm.offload:VllmOffloadEngine",
+        shape="tiered",
+        hint=VLLM_HINT,
     ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",

@@ -13,6 +13,9 @@ from kvhit_modules import ROOT, modules
 NEEDS = {  # modules that import an optional engine
     "kvhit.engines.vllm.target": "vllm",
     "kvhit.engines.vllm.manager": "vllm",
+    "kvhit.engines.vllm.connector": "vllm",
+    "kvhit.engines.vllm.tiered": "vllm",
+    "kvhit.engines.vllm.offload": "vllm",
     "kvhit.engines.sglang.target": "sglang",
     "kvhit.engines.sglang.cache": "sglang",
     "kvhit.engines.sglang.hicache": "sglang",

@@ -65,7 +65,7 @@ How the configuration maps onto vLLM, as vLLM's scheduler builds its manager
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 from math import gcd, lcm
 from typing import Any
@@ -102,6 +102,32 @@ def lookahead_tokens(groups: Sequence[Group]) -> int:
     if lookahead and not takes(KVCacheManager, "num_hash_lookahead_tokens"):
         raise Unsupported(f"vLLM {RELEASE.name} has no lookahead block hashes (0.33.0+)")
     return lookahead
+
+
+def held_row(
+    hashes: list[BlockHash],
+    block_size: int,
+    hash_block_size: int,
+    partial_hits: bool,
+    cached: Callable[[BlockHash], bool],
+) -> list[Any]:
+    """A group's row over a request's block ``hashes``: each block whose key
+    ``cached`` finds, or (``partial_hits``) a partial entry ``{"upto": p}`` at the
+    longest fine boundary p inside the block that it finds (vLLM keys a partial entry
+    by the hash of the units before its boundary; without partial hits its lookup
+    never reads them). Shared by the stateful targets' snapshots."""
+    h, b = hash_block_size, block_size
+    view = hashes if b == h else BlockHashListWithBlockSize(hashes, h, b)
+    per = b // h
+    row: list[Any] = []
+    for j in range(-(-len(hashes) // per)):  # every block with a hashed unit
+        if j < len(view) and cached(view[j]):
+            row.append(True)
+            continue
+        units = range(1, min(per, len(hashes) - j * per + 1))
+        fine = [k for k in units if partial_hits and cached(hashes[j * per + k - 1])]
+        row.append(Upto(j * b + fine[-1] * h).to_json() if fine else False)
+    return row
 
 
 class VllmManagerEngine:
@@ -178,24 +204,12 @@ class VllmManagerEngine:
     def cached_row(self, hashes: list[BlockHash], group_id: int) -> list[Any]:
         """Group ``group_id``'s snapshot row (see :meth:`snapshot`)."""
         pool = self.manager.block_pool
-        h, b = self.hash_block_size, self.groups[group_id].block_size
-        view = hashes if b == h else BlockHashListWithBlockSize(hashes, h, b)
 
         def cached(key: BlockHash) -> bool:
             return pool.get_cached_block(key, [group_id]) is not None
 
-        per = b // h
-        row: list[Any] = []
-        for j in range(-(-len(hashes) // per)):  # every block with a hashed unit
-            if j < len(view) and cached(view[j]):
-                row.append(True)
-                continue
-            # a partial entry is keyed by the hash of the units before its boundary; vLLM
-            # may register some without partial hits, but its lookup then never reads them
-            units = range(1, min(per, len(hashes) - j * per + 1))
-            fine = [k for k in units if self.partial_hits and cached(hashes[j * per + k - 1])]
-            row.append(Upto(j * b + fine[-1] * h).to_json() if fine else False)
-        return row
+        b = self.groups[group_id].block_size
+        return held_row(hashes, b, self.hash_block_size, self.partial_hits, cached)
 
     def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
         """Look up, allocate and cache as vLLM's scheduler does; then drop the blocks

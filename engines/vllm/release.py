@@ -41,8 +41,9 @@ from typing import Any
 from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, inclusive_window
 
-VLLM_TARGETS = ("vllm", "vllm-undocumented")
-"""The built-in targets that drive vLLM's lookup."""
+VLLM_TARGETS = ("vllm", "vllm-undocumented", "vllm-connector")
+"""The built-in targets that drive vLLM's lookup (``vllm-connector``: through its
+scheduler and KV connector path, :mod:`kvhit.engines.vllm.tiered`)."""
 
 EAGLE_ENV = "KVHIT_VLLM_EAGLE"
 """The environment variable that carries ``--vllm-eagle`` to the target (and so to every
