@@ -16,7 +16,9 @@ Exit codes (:func:`exit_code`), the first that applies:
   (:mod:`kvhit.engines.vllm.divergences`) gives, say a crash, or an unsafe answer in a
   release whose documented divergences are never unsafe. Against
   ``vllm-undocumented`` the documented states are answered ``unsupported``, so there
-  every disagreement is outside. With ``--fail-on any``: any disagreement at all.
+  every disagreement is outside; against ``vllm-connector`` the connector path's
+  classes (``CONNECTOR_CLASSES``) are documented too. With ``--fail-on any``: any
+  disagreement at all.
 - 2: bad usage, a release folder missing, or a release the target cannot drive.
 - 0: otherwise (every release gated, nothing outside its documented classes).
 """
@@ -39,7 +41,7 @@ from typing import IO, Any
 import click
 
 from kvhit.cli.options import timeout_option, vllm_eagle_option
-from kvhit.engines.vllm.divergences import in_release
+from kvhit.engines.vllm.divergences import CONNECTOR_CLASSES, in_release
 from kvhit.engines.vllm.release import VLLM_TARGETS, EaglePath, target_label
 from kvhit.errors import BadInput
 from kvhit.harness.compare import CLASSES, ReplyClass
@@ -52,6 +54,8 @@ POLL_SECONDS = 0.05
 """How often the parent looks for a finished gate (and so how soon Ctrl-C is heard)."""
 UNDOCUMENTED = "vllm-undocumented"
 """The target that answers every documented state ``unsupported``."""
+CONNECTOR = "vllm-connector"
+"""The target that drives vLLM's KV connector path (its classes: ``CONNECTOR_CLASSES``)."""
 
 
 class FailOn(StrEnum):
@@ -271,12 +275,21 @@ def documented_classes(release: str, target: str) -> set[ReplyClass]:
     """The classes the documented divergences of ``release`` give against ``target``
     (none against ``vllm-undocumented``, which answers their states ``unsupported``).
 
+    Against ``vllm-connector`` the connector path's own classes count too.
+
     >>> sorted(map(str, documented_classes("0.14.0", "vllm"))), documented_classes("0.14.0", UNDOCUMENTED)
     (['lost_reuse', 'unsafe', 'wrong_blocks'], set())
+    >>> sorted(map(str, documented_classes("0.24.0", CONNECTOR) - documented_classes("0.24.0", "vllm")))
+    ['crash']
     """
     if target == UNDOCUMENTED:
         return set()
-    return {VERDICTS[d.verdict] for d in in_release(release)}
+    found = {VERDICTS[d.verdict] for d in in_release(release)}
+    if target == CONNECTOR:
+        found |= {
+            VERDICTS[v] for c in CONNECTOR_CLASSES if c.in_release(release) for v in c.verdicts
+        }
+    return found
 
 
 def failing(rows: list[Row], settings: Settings) -> list[str]:

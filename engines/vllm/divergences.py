@@ -486,6 +486,41 @@ def in_release(release: str) -> list[Divergence]:
     return [d for d in DIVERGENCES if d.in_release(release)]
 
 
+@dataclass(frozen=True)
+class ConnectorClass:
+    """A documented class of vLLM's KV connector path (docs/findings-vllm.md,
+    "Connectors and divergent hits"): the verdicts it gives in releases first … last.
+    Unlike a :class:`Divergence` it has no scope over states alone: whether a state
+    shows it depends on the connector and its ``supports_divergent_local_hybrid_hits``."""
+
+    name: str
+    verdicts: tuple[str, ...]
+    first: str
+    last: str = NEWEST
+
+    def in_release(self, release: str) -> bool:
+        """Whether ``release`` has it.
+
+        >>> CONNECTOR_CLASSES[0].in_release("0.27.0")
+        False
+        """
+        return release_key(self.first) <= release_key(release) <= release_key(self.last)
+
+
+CONNECTOR_CLASSES = (
+    ConnectorClass(
+        "C1 max of the per-group hits", ("unsafe", "wrong blocks", "crash"), "0.24.0", "0.26.0"
+    ),
+    ConnectorClass(
+        "C2 the external count taken for every group", ("unsafe", "wrong blocks"), "0.24.0"
+    ),
+    ConnectorClass("C3 the hit_diverged fallback", ("lost reuse",), "0.27.0"),
+    ConnectorClass("C4 pool blocks past the boundary never combined", ("lost reuse",), "0.24.0"),
+    ConnectorClass("C5 fine alignment to the window manager", ("crash",), "0.26.0", "0.27.0"),
+)
+"""The connector path's classes, each found in that release's scheduler and manager code."""
+
+
 def documented(q: Query, release: str = NEWEST) -> list[str]:
     """The names of the divergences of ``release`` whose scope holds the query."""
     return [d.name for d in in_release(release) if d.scope(q)]
