@@ -54,7 +54,7 @@ POLL_SECONDS = 0.05
 """How often the parent looks for a finished gate (and so how soon Ctrl-C is heard)."""
 UNDOCUMENTED = "vllm-undocumented"
 """The target that answers every documented state ``unsupported``."""
-CONNECTOR = "vllm-connector"
+CONNECTOR_TARGET = "vllm-connector"
 """The target that drives vLLM's KV connector path (its classes: ``CONNECTOR_CLASSES``)."""
 
 
@@ -279,13 +279,13 @@ def documented_classes(release: str, target: str) -> set[ReplyClass]:
 
     >>> sorted(map(str, documented_classes("0.14.0", "vllm"))), documented_classes("0.14.0", UNDOCUMENTED)
     (['lost_reuse', 'unsafe', 'wrong_blocks'], set())
-    >>> sorted(map(str, documented_classes("0.24.0", CONNECTOR) - documented_classes("0.24.0", "vllm")))
+    >>> sorted(map(str, documented_classes("0.24.0", CONNECTOR_TARGET) - documented_classes("0.24.0", "vllm")))
     ['crash']
     """
     if target == UNDOCUMENTED:
         return set()
     found = {VERDICTS[d.verdict] for d in in_release(release)}
-    if target == CONNECTOR:
+    if target == CONNECTOR_TARGET:
         found |= {
             VERDICTS[v] for c in CONNECTOR_CLASSES if c.in_release(release) for v in c.verdicts
         }
