@@ -156,23 +156,24 @@ def per_group(q: Query, ops: Ops = PY) -> list[Any]:
     return [f(top) for f in group_finders(q, ops)]
 
 
-def min_of_groups(q: Query, ops: Ops = PY) -> Any:
-    """The min of the per-group hits (the rejected PR; known wrong)."""
+def fold_hits(q: Query, pick: Callable[[Any, Any], Any], ops: Ops = PY) -> Any:
+    """The per-group hits folded by ``pick`` (``ops.min``, ``ops.max``)."""
     hits = per_group(q, ops)
     out = hits[0]
     for h in hits[1:]:
-        out = ops.min(out, h)
+        out = pick(out, h)
     return out
+
+
+def min_of_groups(q: Query, ops: Ops = PY) -> Any:
+    """The min of the per-group hits (the rejected PR; known wrong)."""
+    return fold_hits(q, ops.min, ops)
 
 
 def max_of_groups(q: Query, ops: Ops = PY) -> Any:
     """The max of the per-group hits (vLLM #46453: full attention evicted, a deeper
     Mamba state survived, the scheduler took the deeper one; known wrong, unsafe)."""
-    hits = per_group(q, ops)
-    out = hits[0]
-    for h in hits[1:]:
-        out = ops.max(out, h)
-    return out
+    return fold_hits(q, ops.max, ops)
 
 
 def full_attention_alone(q: Query, ops: Ops = PY) -> Any:
@@ -212,7 +213,7 @@ def local_then_external(q: Query, ops: Ops = PY) -> Any:
     return ops.max(fixed_point(local_query(q), ops), fixed_point(only_groups(q, attention), ops))
 
 
-WRONG_TIER_COMBINATIONS: dict[str, Callable[[Query], Any]] = {
+WRONG_TIER_COMBINATIONS: dict[str, Callable[[Query, Ops], Any]] = {
     "max of groups": max_of_groups,
     "full attention alone": full_attention_alone,
     "dense min, Mamba trimmed": dense_min_mamba_trimmed,
