@@ -29,6 +29,12 @@ GENERATORS = {
 """Each engine's generator, imported when used (it needs no engine installed)."""
 
 
+NO_TIERS = (
+    "cannot be exported: the generated test drives the engine's own pool, which has no "
+    "tiers (replay it with kvhit replay)"
+)
+
+
 def chosen_engine(source: str, given: str | None, target: object) -> ExportEngine:
     """The engine given, else the one the file's recorded target drives."""
     if given is not None:
@@ -47,6 +53,8 @@ def saved_program(source: str, text: str, given: str | None) -> SavedProgram:
     program, record = load_program_file(text)
     if not record:
         raise BadInput(f"{source}: a plain program, not a saved disagreement: nothing failed")
+    if program.tiers:
+        raise BadInput(f"{source}: an engine with external stores {NO_TIERS}")
     snapshot = record.get("snapshot")
     return SavedProgram(
         source,
@@ -62,6 +70,8 @@ def saved_program(source: str, text: str, given: str | None) -> SavedProgram:
 def saved_lookup(source: str, text: str, given: str | None) -> SavedLookup:
     """A saved stateless disagreement (or a plain query), to export."""
     query, record = load_disagreement(text)
+    if query.tiers:
+        raise BadInput(f"{source}: a query with tiers {NO_TIERS}")
     return SavedLookup(
         source,
         query,

@@ -243,3 +243,15 @@ def test_a_plain_program_has_nothing_to_export(tmp_path: Path):
 def test_the_command_is_listed():
     assert "export" in CliRunner().invoke(main, ["--help"]).output
     assert sys.modules.get("vllm") is None
+
+
+def test_a_tiered_lookup_or_program_is_not_exported_as_a_pool_lookup(tmp_path: Path):
+    tier = {"name": "lmcache", "holds": ["full"], "cached": {"0": "11"}}
+    query = {"groups": [{"kind": "full", "block_size": 2}], "cached": ["1"], "max_length": 4}
+    source = saved(tmp_path, {**query, "tiers": [tier]}, target="vllm-connector")
+    assert "a query with tiers cannot be exported" in one_error(export(source))
+    record = program_record("unsafe", {"length": 4, "reused": [[1, 2]], "tables": [[1, 2, 5]]})
+    record["program"]["tiers"] = [{"name": "cpu", "holds": ["full"], "num_blocks": 2}]
+    program = tmp_path / "program.json"
+    program.write_text(json.dumps(record))
+    assert "an engine with external stores cannot be exported" in one_error(export(str(program)))
