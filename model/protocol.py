@@ -276,10 +276,9 @@ def parse_tiers(value: Any, groups: tuple[Group, ...], hash_unit: int | None) ->
     return tiers
 
 
-def parse_tier(obj: Any, field: str, groups: tuple[Group, ...], hash_unit: int | None) -> Tier:
-    """One tier: a name other than ``local``, the kinds it holds, and its rows keyed by
-    the index of a group of a kind it holds."""
-    obj = _object(obj, field, TIER_FIELDS)
+def parse_tier_name(obj: dict[str, Any], field: str) -> tuple[str, frozenset[Kind]]:
+    """A tier's (or a stateful engine's store's) ``name``, other than ``local``, and
+    the kinds it ``holds``."""
     name = obj.get("name")
     if not isinstance(name, str) or not name or name == LOCAL:
         raise QueryError(f"{field}.name", f"must be a non-empty string other than {LOCAL!r}")
@@ -288,7 +287,14 @@ def parse_tier(obj: Any, field: str, groups: tuple[Group, ...], hash_unit: int |
         raise QueryError(
             f"{field}.holds", f"must be a non-empty list of kinds ({', '.join(KINDS)})"
         )
-    kinds = frozenset(Kind(k) for k in holds)
+    return name, frozenset(Kind(k) for k in holds)
+
+
+def parse_tier(obj: Any, field: str, groups: tuple[Group, ...], hash_unit: int | None) -> Tier:
+    """One tier: a name other than ``local``, the kinds it holds, and its rows keyed by
+    the index of a group of a kind it holds."""
+    obj = _object(obj, field, TIER_FIELDS)
+    name, kinds = parse_tier_name(obj, field)
     rows = obj.get("cached")
     if not isinstance(rows, dict):
         raise QueryError(f"{field}.cached", "must be an object of rows keyed by group index")

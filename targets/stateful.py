@@ -80,9 +80,10 @@ from kvhit.model.protocol import (
     parse_group,
     parse_hash_unit,
     parse_row,
+    parse_tier_name,
     parse_tiers,
 )
-from kvhit.model.spec import KINDS, LOCAL, Group, Kind, Tier, Upto
+from kvhit.model.spec import Group, Kind, Tier, Upto
 from kvhit.targets.wire import BadReturn, shown
 
 PROGRAM_FORMAT = "kvhit-stateful/1"
@@ -138,18 +139,15 @@ def parse_stores(value: Any) -> tuple[Store, ...]:
         field = f"tiers[{i}]"
         if not isinstance(obj, dict) or set(obj) != {"name", "holds", "num_blocks"}:
             raise QueryError(field, "must be {'name': ..., 'holds': [kinds], 'num_blocks': N}")
-        name, holds, slots = obj["name"], obj["holds"], obj["num_blocks"]
-        if not isinstance(name, str) or not name or name == LOCAL or name in {s.name for s in out}:
-            raise QueryError(f"{field}.name", f"must be a distinct name other than {LOCAL!r}")
-        if not isinstance(holds, list) or not holds or any(k not in KINDS for k in holds):
-            raise QueryError(
-                f"{field}.holds", f"must be a non-empty list of kinds ({', '.join(KINDS)})"
-            )
+        name, holds = parse_tier_name(obj, field)
+        if name in {s.name for s in out}:
+            raise QueryError(f"{field}.name", f"{name!r} names an earlier store too")
+        slots = obj["num_blocks"]
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
             raise QueryError(
                 f"{field}.num_blocks", f"must be an integer of at least 1, got {slots!r}"
             )
-        out.append(Store(name, frozenset(Kind(k) for k in holds), slots))
+        out.append(Store(name, holds, slots))
     return tuple(out)
 
 

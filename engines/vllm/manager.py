@@ -104,7 +104,7 @@ def lookahead_tokens(groups: Sequence[Group]) -> int:
     return lookahead
 
 
-def held_row(
+def snapshot_row(
     hashes: list[BlockHash],
     block_size: int,
     hash_block_size: int,
@@ -209,7 +209,7 @@ class VllmManagerEngine:
             return pool.get_cached_block(key, [group_id]) is not None
 
         b = self.groups[group_id].block_size
-        return held_row(hashes, b, self.hash_block_size, self.partial_hits, cached)
+        return snapshot_row(hashes, b, self.hash_block_size, self.partial_hits, cached)
 
     def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
         """Look up, allocate and cache as vLLM's scheduler does; then drop the blocks

@@ -28,7 +28,7 @@ its key. Then, as the ``vllm`` stateful target does, ``remove_skipped_blocks`` d
 the blocks that left a window.
 
 ``finish`` is ``Scheduler.finish_requests`` (aborted: freed, cached blocks kept).
-``snapshot`` is the pool's rows (:func:`kvhit.engines.vllm.manager.held_row`) and
+``snapshot`` is the pool's rows (:func:`kvhit.engines.vllm.manager.snapshot_row`) and
 the store's, as its tier.
 
 Refused (``unsupported``): what the stateless target refuses
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
-from kvhit.engines.vllm.manager import held_row
+from kvhit.engines.vllm.manager import snapshot_row
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure
 from kvhit.engines.vllm.tiered import build_scheduler, observe, refused
 from kvhit.errors import Unsupported
@@ -189,7 +189,7 @@ class VllmOffloadEngine:
         def stored(key: BlockHash) -> bool:
             return make_block_hash_with_group_id(key, group_id) in slots
 
-        return held_row(hashes, b, self.pool.hash_block_size, False, stored)
+        return snapshot_row(hashes, b, self.pool.hash_block_size, False, stored)
 
     def store_query(self, tokens: Sequence[int], hashes: list[BlockHash]) -> Query:
         """What the connector is handed: the store's rows for these tokens as a tier,
@@ -215,7 +215,7 @@ class VllmOffloadEngine:
         """The pool's rows for ``tokens`` and, with a store, what it holds of them."""
         hashes = self.request("snapshot", tokens).block_hashes
         local = [
-            held_row(hashes, g.block_size, self.pool.hash_block_size, False, self.pooled(i))
+            snapshot_row(hashes, g.block_size, self.pool.hash_block_size, False, self.pooled(i))
             for i, g in enumerate(self.groups)
         ]
         if self.store is None:
