@@ -31,24 +31,26 @@ the blocks that left a window.
 ``snapshot`` is the pool's rows (:func:`kvhit.engines.vllm.manager.snapshot_row`) and
 the store's, as its tier.
 
-Refused (``unsupported``): what the stateless target refuses
-(:func:`kvhit.engines.vllm.tiered.refused`), a hash unit (the store keeps whole
-blocks), and more than one store.
+What it declares (:data:`OFFLOAD_CAPABILITIES`): what the stateless target declares
+(:func:`kvhit.engines.vllm.tiered.connector_capabilities`), but no hash unit (the store
+keeps whole blocks) and at most one store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvhit.contract import Rule
 from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
 from kvhit.engines.vllm.manager import snapshot_row
+from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure
-from kvhit.engines.vllm.tiered import build_scheduler, observe, refused
+from kvhit.engines.vllm.tiered import CAPABILITIES, build_scheduler, driven, observe
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
-from kvhit.model.spec import Kind, Query, Tier, default_alignment
+from kvhit.model.spec import Kind, Query, Tier, default_alignment, local_query
 from kvhit.targets.stateful import Direction, Store, TierMove, parse_stores
 
 try:
@@ -119,25 +121,40 @@ class SlotStore:
         self.added = []
 
 
+def one_store(q: Query) -> str | None:
+    """vLLM's scheduler has one KV connector: at most one store."""
+    if len(q.tiers) > 1:
+        return "vLLM's scheduler has one KV connector here: at most one store"
+    return None
+
+
+OFFLOAD_CAPABILITIES = replace(CAPABILITIES, hash_units=False).with_rules(
+    Rule(one_store.__name__, one_store)
+)
+"""What the stateful ``vllm-connector`` target can be driven with (module docstring)."""
+
+
 class VllmOffloadEngine:
     """vLLM's scheduler with an offload store behind the stateful protocol (module
     docstring)."""
 
+    capabilities = OFFLOAD_CAPABILITIES
+
     def __init__(self, config: dict[str, Any]):
+        driven()
         self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
         alignment = config.get("alignment") or default_alignment(self.groups)
-        if config.get("hash_unit") is not None:
-            raise Unsupported("the offload store keeps whole blocks: no hash unit")
-        shape = Query(self.groups, tuple(() for _ in self.groups), 0, 1, alignment)
-        reason = refused(shape)
+        stores = parse_stores(config.get("tiers", []))
+        held = tuple(Tier(s.name, s.holds, (None,) * len(self.groups)) for s in stores)
+        empty = tuple(() for _ in self.groups)
+        shape = Query(self.groups, empty, 0, 1, alignment, config.get("hash_unit"), held)
+        reason = self.capabilities.refusal(shape)
         if reason is not None:
             raise Unsupported(reason)
-        stores = parse_stores(config.get("tiers", []))
-        if len(stores) > 1:
-            raise Unsupported("vLLM's scheduler has one KV connector here: at most one store")
         self.store = SlotStore(stores[0]) if stores else None
         self.alignment = alignment
-        self.scheduler = build_scheduler(shape, config["num_blocks"] + 1)
+        shape = local_query(shape)
+        self.scheduler = build_scheduler(shape, config["num_blocks"] + 1, DivergentHits.AUTO)
         connector = self.scheduler.connector
         assert isinstance(connector, TieredConnector)
         self.connector = connector
