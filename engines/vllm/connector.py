@@ -14,7 +14,7 @@ it trusts vLLM's boundary). Groups no tier holds are not looked at: whether the 
 valid for them is left to vLLM's scheduler, which is what kvhit checks.
 
 Capability flags are switchable (vLLM reads them; kvhit's target sets them from its
-option ``divergent_hits``, :data:`kvhit.engines.vllm.options.DIVERGENT`):
+option ``divergent``, :data:`kvhit.engines.vllm.options.DIVERGENT`):
 
 - ``supports_divergent_local_hybrid_hits`` (``KVConnectorBase_V1``, vLLM 0.28.0+;
   ``v1/core/sched/scheduler.py`` ``_get_local_prefix_cache_hit``): ``on``, ``off``, or

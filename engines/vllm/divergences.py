@@ -7,7 +7,7 @@ release still gives it (so an upgrade that changes it is noticed) and that outsi
 every scope of its release vLLM agrees with the model. docs/findings-vllm.md explains
 each one and when it came and went.
 
-The target ``vllm-undocumented`` (:func:`vllm_undocumented_lookup`) is not asked the
+The target ``vllm-undocumented`` (:func:`vllm_outside_divergences`) is not asked the
 states inside a documented scope of the installed release: a scope that reads only the
 configuration is one of its capability rules (kvhit draws nothing inside it), one that
 reads the cached rows is answered ``unsupported``. So any disagreement the gate
@@ -604,7 +604,7 @@ def outside_divergences_answer(q: Query, path: EaglePath = EaglePath.DEFAULT) ->
     return vllm_answer(q, path)
 
 
-def vllm_undocumented_lookup(options: Mapping[str, str]) -> QueryTarget:
+def vllm_outside_divergences(options: Mapping[str, str]) -> QueryTarget:
     """The ``vllm-undocumented`` target with ``options`` (those of ``vllm``): what the
     ``vllm`` target declares on the path they name, less the documented scopes of
     the installed release that read only the configuration (:func:`documented_rules`)."""

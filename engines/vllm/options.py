@@ -3,7 +3,7 @@ registry and the CLI can name them without importing vLLM.
 
 - ``eagle`` (targets ``vllm``, ``vllm-undocumented``): how a query's drafters are run
   (:class:`EaglePath`).
-- ``divergent_hits`` (target ``vllm-connector``): what kvhit's connector says to vLLM's
+- ``divergent`` (target ``vllm-connector``): what kvhit's connector says to vLLM's
   ``supports_divergent_local_hybrid_hits`` (:class:`DivergentHits`).
 
     >>> EAGLE.default, DIVERGENT.values
@@ -36,7 +36,7 @@ class EaglePath(StrEnum):
 
 class DivergentHits(StrEnum):
     """What kvhit's connector says to ``supports_divergent_local_hybrid_hits`` (vLLM
-    0.28.0+, ``KVConnectorBase_V1``; option ``divergent_hits``)."""
+    0.28.0+, ``KVConnectorBase_V1``; option ``divergent``)."""
 
     AUTO = "auto"
     """Claimed when some tier of the query holds the Mamba kind, as vLLM's NIXL,
@@ -53,7 +53,7 @@ EAGLE = Option(
     "lookahead drafter is drawn)",
 )
 DIVERGENT = Option(
-    "divergent_hits",
+    "divergent",
     tuple(map(str, DivergentHits)),
     "what kvhit's connector says to supports_divergent_local_hybrid_hits: claimed when "
     "a tier holds the Mamba kind (auto), always (on) or never (off)",
