@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kvhit.engines.vllm.connector import DIVERGENT_ENV, DivergentHits
 from kvhit.engines.vllm.divergences import release_key
+from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.target import RELEASE, vllm_answer
 from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
 from kvhit.errors import Unsupported
@@ -43,10 +43,10 @@ def hybrid(cached: list[str], *tiers: tuple[str, list[str], dict[str, str]]) -> 
     return parse_query({"groups": HYBRID, "cached": cached, "max_length": 7, "tiers": spec})
 
 
-def judged(q: Query) -> ReplyClass:
-    """The class of the target's reply to ``q``."""
+def judged(q: Query, divergent: DivergentHits = DivergentHits.AUTO) -> ReplyClass:
+    """The class of the target's reply to ``q``, its connector saying ``divergent``."""
     try:
-        reply = Reply("answer", connector_answer(q))
+        reply = Reply("answer", connector_answer(q, divergent))
     except Unsupported as err:
         reply = Reply("unsupported", detail=str(err))
     except AssertionError as err:  # vLLM's own asserts: a crash
@@ -103,12 +103,11 @@ WITNESSES: dict[str, tuple[Query, dict[tuple[ConnectorPath, DivergentHits], Repl
 
 @pytest.mark.parametrize("flag", list(DivergentHits))
 @pytest.mark.parametrize("name", list(WITNESSES))
-def test_each_path_classified_as_documented(
-    name: str, flag: DivergentHits, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(DIVERGENT_ENV, flag)
+def test_each_path_classified_as_documented(name: str, flag: DivergentHits) -> None:
     q, expected = WITNESSES[name]
-    assert judged(q) == (UNSUPPORTED if PATH == ConnectorPath.NONE else expected[(PATH, flag)])
+    assert judged(q, flag) == (
+        UNSUPPORTED if PATH == ConnectorPath.NONE else expected[(PATH, flag)]
+    )
 
 
 FINE = {"max_length": 3, "alignment": 1, "hash_unit": 1}

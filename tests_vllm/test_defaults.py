@@ -11,7 +11,7 @@ import pytest
 from cases import disagreement, fine_queries, refused
 
 from kvhit.engines.vllm.divergences import documented
-from kvhit.engines.vllm.release import EaglePath
+from kvhit.engines.vllm.options import EaglePath
 from kvhit.engines.vllm.target import RELEASE, build_coordinator, lookup
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
@@ -178,7 +178,7 @@ def test_vllm_agrees_with_the_model_on_fine_queries_outside_the_divergences(path
 
 
 def test_the_drop_path_is_named_in_the_label_and_the_replay_hint():
-    spec = TargetSpec("vllm", vllm_eagle=EaglePath.DROP)
+    spec = TargetSpec("vllm", options=(("eagle", str(EaglePath.DROP)),))
     assert spec.label == "vllm[eagle=drop]"
-    assert spec.replay_flag == "--target vllm --vllm-eagle drop"
+    assert spec.replay_flag == "--target vllm --option eagle=drop"
     assert TargetSpec("vllm").label == "vllm"

@@ -15,7 +15,7 @@ import pytest
 from vllm.v1.core.block_pool import BlockHashToBlockMap, BlockPool
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 
-from kvhit.engines.vllm.release import EaglePath
+from kvhit.engines.vllm.options import EaglePath
 from kvhit.engines.vllm.target import (
     Coordinators,
     Lookup,

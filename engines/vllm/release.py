@@ -39,7 +39,7 @@ import inspect
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from functools import partial, reduce
+from functools import reduce
 from importlib.metadata import PackageNotFoundError, version
 from math import gcd, lcm
 from typing import Any
@@ -366,12 +366,13 @@ class Asker:
 
     def hit_alignment(self, q: Query) -> int:
         """What vLLM aligns a hybrid coordinator's hits to (``_cache_hit_alignment_tokens``):
-        the hash block size with partial hash hits on, else the scheduler block size
-        (before 0.23, the lcm of the block sizes)."""
-        if self.partial_hits(q):
-            return hash_block_size(q)
+        before 0.23 (no ``scheduler_block_size``, and no partial hash hits), the lcm of
+        the block sizes; else the hash block size with partial hash hits on, the
+        scheduler block size with them off."""
         if not self.release.scheduler_alignment:
             return lcm(*(g.block_size for g in q.groups))
+        if self.partial_hits(q):
+            return hash_block_size(q)
         return scheduler_block_size(q)
 
 
@@ -517,7 +518,16 @@ def rules(asker: Asker) -> tuple[Rule, ...]:
 
 def bound(asker: Asker, checks: Sequence[Check]) -> tuple[Rule, ...]:
     """Each check as a rule of ``asker``, named after it."""
-    return tuple(Rule(check.__name__, partial(check, asker=asker)) for check in checks)
+    return tuple(Rule(check.__name__, asked_by(check, asker)) for check in checks)
+
+
+def asked_by(check: Check, asker: Asker) -> Callable[[Query], str | None]:
+    """``check`` as a refusal of ``asker``'s queries."""
+
+    def refuses(q: Query) -> str | None:
+        return check(q, asker)
+
+    return refuses
 
 
 def drafters(asker: Asker) -> frozenset[Drafter]:
