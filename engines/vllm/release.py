@@ -135,7 +135,9 @@ class Release:
     partial_hash_hits: bool = False
     lookahead_hashes: bool = False
     fine_lookup_kinds: frozenset[Kind] | None = None
-    """The kinds whose manager takes fine lookups, where vLLM asks it (None: every kind)."""
+    """The kinds whose manager takes fine lookups, where vLLM asks it (None: every kind);
+    found from the managers vLLM gives the specs
+    (:func:`kvhit.engines.vllm.target.fine_lookup_kinds`)."""
     lookahead_within_scheduler_block: bool = False
     """Whether the coordinator refuses a lookahead longer than the scheduler block size."""
 
@@ -182,7 +184,6 @@ def detect() -> Release:
         hybrid_needs_two_specs=says(hybrid.verify_and_split_kv_cache_groups, TWO_SPECS_ASSERT),
         partial_hash_hits=says(hybrid.__init__, PARTIAL_HITS_FLAG),
         lookahead_hashes="num_hash_lookahead_tokens" in params,
-        fine_lookup_kinds=fine_lookup_kinds(),
         lookahead_within_scheduler_block=says(
             coordinators.KVCacheCoordinator.__init__, LOOKAHEAD_BLOCK_CHECK
         ),
@@ -198,30 +199,6 @@ def passes_managers(func: object, callee: str) -> bool:
         and getattr(node.func, "id", getattr(node.func, "attr", None)) == callee
         and (len(node.args) >= 4 or any(k.arg == "manager_classes" for k in node.keywords))
         for node in ast.walk(tree)
-    )
-
-
-def fine_lookup_kinds() -> frozenset[Kind] | None:
-    """The kinds whose manager (vLLM's ``spec_manager_map``) has
-    :data:`FINE_LOOKUP_FLAG` set, where the hybrid coordinator hands its managers'
-    classes to ``partial_hash_hits_enabled``; None where it consults no manager."""
-    from vllm.v1 import kv_cache_interface as specs
-    from vllm.v1.core import kv_cache_coordinator as coordinators
-    from vllm.v1.core import single_type_kv_cache_manager as managers
-
-    hybrid = coordinators.HybridKVCacheCoordinator.__init__
-    if not passes_managers(hybrid, "partial_hash_hits_enabled"):
-        return None
-    spec_of = {
-        Kind.FULL: specs.FullAttentionSpec,
-        Kind.SLIDING_WINDOW: specs.SlidingWindowSpec,
-        Kind.CHUNKED_LOCAL: specs.ChunkedLocalAttentionSpec,
-        Kind.MAMBA: specs.MambaSpec,
-    }
-    return frozenset(
-        kind
-        for kind, spec in spec_of.items()
-        if getattr(managers.spec_manager_map[spec], FINE_LOOKUP_FLAG)
     )
 
 

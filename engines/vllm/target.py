@@ -75,7 +75,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from types import SimpleNamespace
 from typing import Any
@@ -85,6 +85,7 @@ import torch
 from kvhit.contract import Capabilities, QueryTarget
 from kvhit.engines.vllm.options import EAGLE, EaglePath
 from kvhit.engines.vllm.release import (
+    FINE_LOOKUP_FLAG,
     Asker,
     capabilities,
     coordinator_keywords,
@@ -93,6 +94,7 @@ from kvhit.engines.vllm.release import (
     hash_lookahead,
     import_failure,
     is_draft,
+    passes_managers,
     pool_size,
 )
 from kvhit.errors import Unsupported
@@ -102,7 +104,11 @@ try:
     from vllm.utils.hashing import sha256
     from vllm.v1.core import kv_cache_utils
     from vllm.v1.core.block_pool import BlockPool
-    from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
+    from vllm.v1.core.kv_cache_coordinator import (
+        HybridKVCacheCoordinator,
+        KVCacheCoordinator,
+        get_kv_cache_coordinator,
+    )
     from vllm.v1.core.kv_cache_utils import (
         BlockHash,
         FreeKVCacheBlockQueue,
@@ -121,10 +127,6 @@ except ImportError as err:
     raise import_failure(err) from None
 
 RELEASE = detect()
-LOOKUP_CAPABILITIES: dict[EaglePath, Capabilities] = {
-    path: capabilities(Asker(RELEASE, path, partial_off_without_unit=True)) for path in EaglePath
-}
-"""What the ``vllm`` target can ask the installed release, on each eagle path."""
 kv_cache_utils.init_none_hash(sha256)
 # A pool reset says so at INFO level, once per query here; vLLM's warnings still show.
 logging.getLogger(BlockPool.__module__).setLevel(logging.WARNING)
@@ -187,6 +189,38 @@ SPECS: dict[Kind, Callable[[Group], KVCacheSpec]] = {
 def group_spec(g: Group) -> KVCacheSpec:
     """vLLM's KV cache spec for one protocol group."""
     return SPECS[g.kind](g)
+
+
+def fine_lookup_kinds() -> frozenset[Kind] | None:
+    """The kinds whose manager has :data:`~kvhit.engines.vllm.release.FINE_LOOKUP_FLAG`
+    set (the manager vLLM's ``KVCacheSpecRegistry`` gives each kind's spec), where the
+    hybrid coordinator hands its managers' classes to ``partial_hash_hits_enabled``;
+    None where it consults no manager (``kv_cache_coordinator.py``, 0.27.0 and 0.34.0)."""
+    if not passes_managers(HybridKVCacheCoordinator.__init__, "partial_hash_hits_enabled"):
+        return None
+    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+
+    return frozenset(
+        g.kind
+        for g in KIND_EXAMPLES
+        if getattr(KVCacheSpecRegistry.get_manager_class(group_spec(g)), FINE_LOOKUP_FLAG)
+    )
+
+
+KIND_EXAMPLES = (
+    Group(Kind.FULL, 2),
+    Group(Kind.SLIDING_WINDOW, 2, window=3),
+    Group(Kind.CHUNKED_LOCAL, 2, chunk=2),
+    Group(Kind.MAMBA, 2),
+)
+"""A group of each kind, whose spec's manager is looked up."""
+
+
+RELEASE = replace(RELEASE, fine_lookup_kinds=fine_lookup_kinds())
+LOOKUP_CAPABILITIES: dict[EaglePath, Capabilities] = {
+    path: capabilities(Asker(RELEASE, path, partial_off_without_unit=True)) for path in EaglePath
+}
+"""What the ``vllm`` target can ask the installed release, on each eagle path."""
 
 
 def kv_cache_config(q: Query) -> KVCacheConfig:
