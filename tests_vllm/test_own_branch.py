@@ -21,7 +21,6 @@ from evidence import apply, copy_release  # noqa: E402
 SOURCE = Path(sys.prefix) / "vllm" / "0.34.0"
 PATCH = Path(__file__).resolve().parents[1] / "docs" / "upstream" / "lookahead-hashes.patch"
 DEV_VERSION = "0.35.0.dev7+g0123abc"
-CASES = 3000
 
 
 def dev_build(into: Path, patched: bool) -> Path:
@@ -38,10 +37,11 @@ def dev_build(into: Path, patched: bool) -> Path:
 
 
 def gate(folder: Path, out: Path) -> dict:
-    """``kvhit gate --target vllm`` against the build in ``folder``: its JSON report."""
+    """``kvhit gate --target vllm`` against the build in ``folder`` (its exhaustive
+    scopes and solver corpus, no random phase): its JSON report."""
     done = subprocess.run(
         [sys.executable, "-m", "kvhit.cli", "gate", "--target", "vllm", "--keep-going"]
-        + ["--json", "--jobs", "1", "--seconds", "86400", "--cases", str(CASES)]
+        + ["--json", "--jobs", "1", "--seconds", "0"]
         + ["--out", str(out)],
         env={**os.environ, "PYTHONPATH": str(folder)},
         capture_output=True,
@@ -56,6 +56,6 @@ def gate(folder: Path, out: Path) -> dict:
 def test_a_dev_build_with_the_patch_passes_the_class_and_fails_as_shipped(tmp_path: Path) -> None:
     shipped = gate(dev_build(tmp_path / "shipped", patched=False), tmp_path / "out-shipped")
     fixed = gate(dev_build(tmp_path / "patched", patched=True), tmp_path / "out-patched")
-    assert shipped["counts"]["crash"] > 0
-    assert fixed["counts"]["crash"] == 0
-    assert fixed["counts"]["ok"] > CASES // 2
+    assert shipped["counts"].get("crash", 0) > 0
+    assert fixed["counts"].get("crash", 0) == 0
+    assert fixed["counts"].get("ok", 0) > 10_000

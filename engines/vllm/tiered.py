@@ -340,7 +340,9 @@ def vllm_request(q: Query, block_size: int) -> Request:
 def connector_answer(q: Query, divergent: DivergentHits = DivergentHits.AUTO) -> dict[str, Any]:
     """What vLLM's scheduler settles on for ``q`` (module docstring), its connector
     saying ``divergent``: ``length`` (local + external tokens) and ``blocks`` per group;
-    :class:`Unsupported` with the reason where :data:`CAPABILITIES` refuse ``q``."""
+    :class:`Unsupported` with the reason where :data:`CAPABILITIES` refuse ``q``;
+    :class:`UndrivableTarget` on a release with no connector path."""
+    driven()
     reason = CAPABILITIES.refusal(q)
     if reason is not None:
         raise Unsupported(reason)
