@@ -52,8 +52,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvhit.model.spec import Drafter, Group, Kind, Query, answer_at, window_before
 from kvhit.contract import Direction, TierMove
+from kvhit.model.spec import Drafter, Group, Kind, Query, answer_at, window_before
 from kvhit.targets.stateful import Admission
 
 

@@ -40,12 +40,12 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.draw import draw
 from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
 from kvhit.model.spec import Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
-from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.targets.stateful import (
     PROGRAM_FORMAT,
     Admission,

@@ -232,7 +232,9 @@ class Program:
 
     def config(self) -> EngineConfig:
         """The engine it runs on (what a factory is called with)."""
-        return EngineConfig(self.groups, self.num_blocks, self.alignment, self.hash_unit, self.tiers)
+        return EngineConfig(
+            self.groups, self.num_blocks, self.alignment, self.hash_unit, self.tiers
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The program as JSON (the replay file's ``program``)."""
