@@ -268,10 +268,13 @@ def call_target(func: Target, message: Sent, limit: float | None = None) -> Repl
 def answer_of(func: Target, message: Sent) -> Any:
     """What ``func`` answers to ``message``: a lookup target is asked the query (a
     protocol message is parsed first, at the process boundary), a host of stateful
-    messages gets the message."""
+    messages gets the typed message."""
     if isinstance(func, LookupTarget):
         return func.ask(message if isinstance(message, Query) else parse_query(message))
-    assert not isinstance(message, Query), "a stateful host takes protocol messages"
+    if isinstance(func, EngineHost):
+        assert not isinstance(message, dict | Query), "a stateful host takes typed messages"
+        return func(message)
+    assert isinstance(message, dict), "a function of protocol messages takes one"
     return func(message)
 
 
