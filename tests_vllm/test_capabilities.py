@@ -11,6 +11,7 @@ from itertools import islice
 import pytest
 from cases import eagle_queries
 
+from kvhit.contract import EngineConfig
 from kvhit.engines.vllm.divergences import documented_release, in_release
 from kvhit.engines.vllm.manager import VllmManagerEngine
 from kvhit.engines.vllm.options import EaglePath
@@ -69,13 +70,9 @@ def test_what_the_manager_declares_it_builds() -> None:
     for q in random_queries(seed=7, count=CASES):
         if not caps.allows(q):
             continue
-        config = {
-            "groups": [g.to_json() for g in q.groups],
-            "num_blocks": 8,
-            "alignment": q.alignment,
-            **({"hash_unit": q.hash_unit} if q.hash_unit is not None else {}),
-        }
-        VllmManagerEngine(config)  # raises Unsupported if a rule is missing
+        VllmManagerEngine(
+            EngineConfig(q.groups, 8, q.alignment, q.hash_unit)
+        )  # Unsupported: a rule missed
         built += 1
     assert built > CASES // 10
 

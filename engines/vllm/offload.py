@@ -3,8 +3,8 @@ spilling evicted blocks to an offload store that kvhit's connector restores from
 
 The engine is vLLM's real ``Scheduler`` with kvhit's connector
 (:func:`kvhit.engines.vllm.tiered.build_scheduler`), its pool of ``num_blocks`` blocks
-(plus vLLM's null block). The program's store (at most one: ``tiers`` in ``create``,
-its kinds and ``num_blocks`` slots, :mod:`kvhit.targets.stateful`) is the connector's
+(plus vLLM's null block). The program's store (at most one: the configuration's
+:class:`~kvhit.contract.Store`, its kinds and ``num_blocks`` slots) is the connector's
 (:class:`SlotStore`): whenever vLLM's block pool evicts a cached block
 (``BlockPool._maybe_evict_cached_block``, observed and called through), each key the
 block was cached under (a block hash with its group) whose group's kind the store holds
@@ -38,20 +38,28 @@ keeps whole blocks) and at most one store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvhit.contract import Rule
+from kvhit.contract import (
+    Admitted,
+    Direction,
+    EngineConfig,
+    EngineFactory,
+    Rejected,
+    Rule,
+    Snapshot,
+    Store,
+    TierMove,
+)
 from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
 from kvhit.engines.vllm.manager import snapshot_row
 from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure
 from kvhit.engines.vllm.tiered import CAPABILITIES, build_scheduler, driven, observe
-from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_group
-from kvhit.model.spec import Kind, Query, Tier, default_alignment, local_query
-from kvhit.targets.stateful import Direction, Store, TierMove, parse_stores
+from kvhit.errors import TargetError, Unsupported
+from kvhit.model.spec import Query, Tier, Upto, local_query
 
 try:
     from vllm.sampling_params import SamplingParams
@@ -135,26 +143,25 @@ OFFLOAD_CAPABILITIES = replace(CAPABILITIES, hash_units=False).with_rules(
 
 
 class VllmOffloadEngine:
-    """vLLM's scheduler with an offload store behind the stateful protocol (module
-    docstring)."""
+    """vLLM's scheduler with an offload store as a :class:`~kvhit.contract.StatefulEngine`
+    (module docstring)."""
 
     capabilities = OFFLOAD_CAPABILITIES
 
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: EngineConfig):
         driven()
-        self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
-        alignment = config.get("alignment") or default_alignment(self.groups)
-        stores = parse_stores(config.get("tiers", []))
-        held = tuple(Tier(s.name, s.holds, (None,) * len(self.groups)) for s in stores)
-        empty = tuple(() for _ in self.groups)
-        shape = Query(self.groups, empty, 0, 1, alignment, config.get("hash_unit"), held)
+        self.groups = config.groups
+        alignment = config.alignment
+        shape = config.as_query(1)
         reason = self.capabilities.refusal(shape)
         if reason is not None:
             raise Unsupported(reason)
+        stores = config.stores
         self.store = SlotStore(stores[0]) if stores else None
         self.alignment = alignment
-        shape = local_query(shape)
-        self.scheduler = build_scheduler(shape, config["num_blocks"] + 1, DivergentHits.AUTO)
+        self.scheduler = build_scheduler(
+            local_query(shape), config.num_blocks + 1, DivergentHits.AUTO
+        )
         connector = self.scheduler.connector
         assert isinstance(connector, TieredConnector)
         self.connector = connector
@@ -195,7 +202,7 @@ class VllmOffloadEngine:
             request_id, list(tokens), SamplingParams(max_tokens=1), **accepted(Request, options)
         )
 
-    def stored_row(self, hashes: list[BlockHash], group_id: int) -> list[Any] | None:
+    def stored_row(self, hashes: list[BlockHash], group_id: int) -> tuple[bool | Upto, ...] | None:
         """The store's row for group ``group_id`` over these hashes (each block whose key
         has a slot), None if the store does not hold the group's kind."""
         if self.store is None or not self.held(group_id):
@@ -216,44 +223,32 @@ class VllmOffloadEngine:
         q = Query(self.groups, empty, t - 1, t, self.alignment)
         if self.store is None:
             return q
-        rows = tuple(self.stored_row(hashes, i) for i in range(len(self.groups)))
-        store = self.store.store
-        return Query(
-            self.groups,
-            empty,
-            t - 1,
-            t,
-            self.alignment,
-            None,
-            (Tier(store.name, store.holds, tuple(None if r is None else tuple(r) for r in rows)),),
-        )
+        return Query(self.groups, empty, t - 1, t, self.alignment, None, self.stored(hashes))
 
-    def snapshot(self, tokens: Sequence[int]) -> dict[str, Any]:
+    def stored(self, hashes: list[BlockHash]) -> tuple[Tier, ...]:
+        """What the store holds of these hashes, as a tier (none without a store)."""
+        if self.store is None:
+            return ()
+        rows = tuple(self.stored_row(hashes, i) for i in range(len(self.groups)))
+        return (Tier(self.store.store.name, self.store.store.holds, rows),)
+
+    def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """The pool's rows for ``tokens`` and, with a store, what it holds of them."""
         hashes = self.request("snapshot", tokens).block_hashes
-        local = [
+        local = tuple(
             snapshot_row(hashes, g.block_size, self.pool.hash_block_size, False, self.pooled(i))
             for i, g in enumerate(self.groups)
-        ]
-        if self.store is None:
-            return {"cached": local}
-        rows = {str(i): self.stored_row(hashes, i) for i in range(len(self.groups)) if self.held(i)}
-        store = self.store.store
-        tier = {
-            "name": store.name,
-            "holds": [k.value for k in Kind if k in store.holds],
-            "cached": rows,
-        }
-        return {"cached": local, "tiers": [tier]}
+        )
+        return Snapshot(local, self.stored(hashes))
 
     def pooled(self, group_id: int) -> Any:
         """Whether the pool holds a key of group ``group_id``."""
         return lambda key: self.pool.get_cached_block(key, [group_id]) is not None
 
-    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """Schedule the prompt through vLLM's scheduler (module docstring)."""
         if len(tokens) > MAX_MODEL_LEN:
-            return {"rejected": f"longer than max_model_len ({MAX_MODEL_LEN})"}
+            return Rejected(f"longer than max_model_len ({MAX_MODEL_LEN})")
         req = self.request(str(request), tokens)
         q = self.store_query(tokens, req.block_hashes)
         self.connector.serve(q)
@@ -267,7 +262,7 @@ class VllmOffloadEngine:
         local, took = self.settled.local, self.settled.blocks
         if not output.scheduled_new_reqs or local is None or took is None:
             self.scheduler.finish_requests(str(request), RequestStatus.FINISHED_ABORTED)
-            return {"rejected": "vLLM's scheduler could not schedule the prompt in its pool"}
+            return Rejected("vLLM's scheduler could not schedule the prompt in its pool")
         length = output.scheduled_new_reqs[0].num_computed_tokens
         tables = first = self.tables(req, [[] for _ in self.groups])
         while req.num_computed_tokens < len(tokens):
@@ -322,7 +317,7 @@ class VllmOffloadEngine:
             for key in self.view(req, i)
         )
 
-    def stalled(self, req: Request, tables: Any) -> dict[str, Any]:
+    def stalled(self, req: Request, tables: Any) -> Rejected:
         """A prefill vLLM split (at a Mamba block boundary) and cannot go on with in
         this pool: the request is aborted, every block it was given (:attr:`written`,
         those vLLM freed on the way included) loses its cache entries (evicted, never
@@ -335,7 +330,7 @@ class VllmOffloadEngine:
             self.evict(self.pool.blocks[block_id])
         if self.store is not None:
             self.store.undo()
-        return {"rejected": "vLLM's scheduler split the prefill and cannot go on in this pool"}
+        return Rejected("vLLM's scheduler split the prefill and cannot go on in this pool")
 
     def admitted(
         self,
@@ -345,7 +340,7 @@ class VllmOffloadEngine:
         hit: tuple[int, int],
         took: list[list[int]],
         tables: list[list[int | None]],
-    ) -> dict[str, Any]:
+    ) -> Admitted:
         """The admit's answer for a ``hit`` of (length, local tokens), its moves the
         spills and then the restores; then the blocks that left a window are dropped. A
         block index where vLLM put no block is left out of ``reused`` and the restores
@@ -353,20 +348,16 @@ class VllmOffloadEngine:
         length, local = hit
         loads = loaded_blocks(q, local, length)
         restores = self.restores(req, loads, tables)
-        reused = [
-            sorted({b for j in [*took[i], *loads[i]] if (b := tables[i][j]) is not None})
+        reused = tuple(
+            tuple(sorted({b for j in [*took[i], *loads[i]] if (b := tables[i][j]) is not None}))
             for i in range(len(self.groups))
-        ]
+        )
         self.scheduler.kv_cache_manager.remove_skipped_blocks(
             req.request_id, len(req.all_token_ids)
         )
         self.requests[request] = req
-        return {
-            "length": length,
-            "reused": reused,
-            "tables": tables,
-            "moves": [m.to_json() for m in [*self.moves, *restores]],
-        }
+        rows = tuple(map(tuple, tables))
+        return Admitted(length, reused, rows, moves=(*self.moves, *restores))
 
     def restores(
         self, req: Request, loads: list[list[int]], tables: list[list[int | None]]
@@ -406,3 +397,12 @@ def hit_kept(
         for j in indices:
             out[i][j] = first[i][j]
     return out
+
+
+def vllm_offload_engine(options: Mapping[str, str]) -> EngineFactory:
+    """The stateful ``vllm-connector`` built-in for the target's ``options``: its
+    connector answers vLLM's divergent-hits question as the lookup's does by default
+    (``auto``), the only setting driven here."""
+    if options.get("divergent", "auto") != "auto":
+        raise TargetError("--option divergent is for the vllm-connector lookup here")
+    return VllmOffloadEngine
