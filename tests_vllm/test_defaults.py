@@ -113,7 +113,7 @@ def test_the_drop_path_never_asks_a_lookahead_query_as_another():
             "num_tokens": 10,
         }
     )
-    with pytest.raises(Unsupported, match="drop path"):
+    with pytest.raises(Unsupported, match="declares no lookahead drafters"):
         lookup(q, EaglePath.DROP)
     as_drop = replace(q, groups=(replace(q.groups[0], drafter=Drafter.DROP), q.groups[1]))
     assert lookup(as_drop, EaglePath.DROP) == lookup(as_drop, EaglePath.DEFAULT)
