@@ -96,9 +96,9 @@ PARTIAL_HITS_FLAG = "enable_partial_hash_hits"
 
 FINE_LOOKUP_FLAG = "supports_fine_grained_hash_lookup"
 """The class flag of a manager that can stop a lookup inside its block: where the hybrid
-coordinator hands its managers to ``partial_hash_hits_enabled``, partial hash hits need
-it of every group's manager or a block of one hash unit (``kv_cache_utils.py``,
-0.34.0; in 0.27.0 the coordinator decides inline and consults no manager)."""
+coordinator consults it (inline in its ``__init__``, 0.28.0; through
+``partial_hash_hits_enabled``, ``kv_cache_utils.py``, 0.34.0), partial hash hits need it
+of every group's manager or a block of one hash unit (0.27.0 consults no manager)."""
 
 LOOKAHEAD_BLOCK_CHECK = "num_speculative_tokens"
 """What the coordinator's ``ValueError`` for a lookahead longer than the scheduler block

@@ -96,6 +96,7 @@ from kvhit.engines.vllm.release import (
     is_draft,
     passes_managers,
     pool_size,
+    says,
 )
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Group, Kind, Query, Upto, inclusive_window
@@ -194,9 +195,11 @@ def group_spec(g: Group) -> KVCacheSpec:
 def fine_lookup_kinds() -> frozenset[Kind] | None:
     """The kinds whose manager has :data:`~kvhit.engines.vllm.release.FINE_LOOKUP_FLAG`
     set (the manager vLLM's ``KVCacheSpecRegistry`` gives each kind's spec), where the
-    hybrid coordinator hands its managers' classes to ``partial_hash_hits_enabled``;
-    None where it consults no manager (``kv_cache_coordinator.py``, 0.27.0 and 0.34.0)."""
-    if not passes_managers(HybridKVCacheCoordinator.__init__, "partial_hash_hits_enabled"):
+    hybrid coordinator consults its managers: inline in its ``__init__`` (0.28.0), or by
+    handing their classes to ``partial_hash_hits_enabled`` (0.34.0); None where it
+    consults none (``kv_cache_coordinator.py``, 0.27.0)."""
+    hybrid = HybridKVCacheCoordinator.__init__
+    if not (says(hybrid, FINE_LOOKUP_FLAG) or passes_managers(hybrid, "partial_hash_hits_enabled")):
         return None
     from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
 
