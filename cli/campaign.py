@@ -49,18 +49,26 @@ from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
 from kvhit.harness.jobs import CaseCampaign, run_campaign
 from kvhit.harness.random_cases import CHOICES
-from kvhit.harness.report import Disagreement, Record, junit_xml, load_disagreement
+from kvhit.harness.report import Disagreement, Record, junit_xml
+from kvhit.harness.saved import (
+    CaseFile,
+    ProgramFile,
+    SavedFile,
+    decode,
+    read_queries,
+    target_record,
+)
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.harness.strategies import hypothesis_files_in
 from kvhit.harness.tally import OnProgress, Tally
-from kvhit.inputs import read_queries, read_text, writable
+from kvhit.inputs import read_text, writable
 from kvhit.model.protocol import QueryError
 from kvhit.model.spec import longest_hit
 from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import Runner
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import is_program_file, load_program_file
+from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import json_safe
 
 FUZZ_SECONDS = 10.0
@@ -99,7 +107,8 @@ def program_run(
     def run(on_progress: OnProgress) -> Tally:
         try:
             with opened(spec, Mode.STATEFUL) as runner:
-                tally = run_programs(runner, spec.label, plan, seconds, programs, on_progress)
+                record = target_record(spec)
+                tally = run_programs(runner, record, plan, seconds, programs, on_progress)
                 tally.load_seconds = runner.load_seconds
                 return tally
         except KeyboardInterrupt:
@@ -135,7 +144,7 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "counts": dict(tally.counts),
         "phases": dict(tally.by_phase),
-        "disagreements": [d.to_json() for d in tally.found],
+        "disagreements": [d.saved().to_json() for d in tally.found],
         "files": [str(path) for path in tally.files],
         "interrupted": tally.interrupted,
         "save_error": tally.save_error,
@@ -405,7 +414,7 @@ def replayed(
     disagrees (``still``, when the file was saved as a disagreement), or ``now``."""
     was = f" (saved as {saved})" if saved else ""
     if as_json:
-        click.echo(json.dumps({"file": name, "saved_class": saved, **d.to_json()}))
+        click.echo(json.dumps({"file": name, "saved_class": saved, **d.saved().to_json()}))
     elif disagrees:
         said = f"still {d.cls}{was}" if saved else f"{d.cls} now"
         click.echo(f"{name}: {said}\n{d.render()}")
@@ -413,50 +422,59 @@ def replayed(
         click.echo(f"{name}: {now}{was}")
 
 
-def replay_file(name: str) -> tuple[Mode, Any, dict[str, Any]]:
-    """A file to replay: a stateful program (``Mode.STATEFUL``) or a query
-    (``Mode.LOOKUP``), and its saved record ({} when nothing was saved); BadInput
-    naming the file."""
+def replay_file(name: str) -> SavedFile:
+    """The saved case file ``name`` holds (a saved disagreement, a plain query or a
+    plain program); BadInput naming the file."""
     text = read_text(name)
     try:
-        if is_program_file(text):
-            return (Mode.STATEFUL, *load_program_file(text))
-        return (Mode.LOOKUP, *load_disagreement(text))
+        return decode(text)
     except QueryError as err:
         raise BadInput(f"{name}: {err}") from None
 
 
-def replay_target(name: str, record: dict[str, Any], choice: TargetChoice) -> TargetSpec:
-    """The target to replay file ``name`` on: the one given, else the one its record
-    names (said on stderr); BadInput if neither names one."""
+def replay_target(name: str, recorded: TargetRecord | None, choice: TargetChoice) -> TargetSpec:
+    """The target to replay file ``name`` on: the one given, else the one it records
+    (said on stderr); BadInput if neither names one."""
     if choice.given:
         return choice.spec()
-    recorded = record.get("target")
-    if not isinstance(recorded, str):
+    if recorded is None:
         raise BadInput(f"{name} records no target: give --target or --target-cmd")
-    spec = choice.spec(recorded)
+    c = choice
+    try:
+        spec = TargetSpec(
+            recorded.name, recorded.command, c.timeout, c.isolate, recorded.options, c.load_timeout
+        )
+    except TargetError as err:
+        raise BadInput(f"{name}: {err}") from None
     click.echo(f"{name}: replayed on {spec.replay_flag}, the target it records", err=True)
     return spec
 
 
-def replay_program(runner: Runner, spec: TargetSpec, program: Any) -> tuple[Record, bool, str]:
+def replay_program(
+    runner: Runner, spec: TargetSpec, saved: ProgramFile
+) -> tuple[Record, bool, str]:
     """Run a stateful program again: what it shows now, whether it disagrees, and
     what to say when it does not."""
-    steps = run_program(runner, program)
-    p = disagreement_of(spec.label, program, steps)
+    steps = run_program(runner, saved.program)
+    p = disagreement_of(target_record(spec), saved.program, steps)
     return p, p.last.outcome.disagrees, f"every operation ok now ({len(steps)} operations)"
 
 
-def replay_query(runner: Runner, spec: TargetSpec, q: Any) -> tuple[Record, bool, str]:
+def replay_query(runner: Runner, spec: TargetSpec, saved: CaseFile) -> tuple[Record, bool, str]:
     """Ask a query again: what the target answers now, whether it disagrees, and
     what to say when it does not."""
+    q = saved.query
     reply = runner(q.to_json())
     outcome = judge_reply(q, reply, longest_hit(q))
-    d = Disagreement(spec.label, outcome.cls, q, json_safe(reply.value), outcome.reason)
+    d = Disagreement(target_record(spec), outcome.cls, q, json_safe(reply.value), outcome.reason)
     return d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}"
 
 
-REPLAYERS = {Mode.STATEFUL: replay_program, Mode.LOOKUP: replay_query}
+def replayed_now(runner: Runner, spec: TargetSpec, saved: SavedFile) -> tuple[Record, bool, str]:
+    """Replay ``saved`` on ``runner`` (opened for its mode)."""
+    if isinstance(saved, ProgramFile):
+        return replay_program(runner, spec, saved)
+    return replay_query(runner, spec, saved)
 
 
 @click.command()
@@ -467,17 +485,18 @@ REPLAYERS = {Mode.STATEFUL: replay_program, Mode.LOOKUP: replay_query}
 def replay(files: tuple[str, ...], target: TargetChoice, as_json: bool) -> None:
     """Rerun saved disagreements (or plain queries, or stateful programs) against a
     target: the one given, else the one each saved file records."""
-    runs: dict[tuple[TargetSpec, Mode], list[tuple[str, Any, dict[str, Any]]]] = {}
+    runs: dict[tuple[TargetSpec, Mode], list[tuple[str, SavedFile]]] = {}
     for name in files:
-        mode, item, record = replay_file(name)
-        spec = replay_target(name, record, target)
-        runs.setdefault((spec, mode), []).append((name, item, record))
+        saved = replay_file(name)
+        spec = replay_target(name, saved.target, target)
+        mode = Mode.STATEFUL if isinstance(saved, ProgramFile) else Mode.LOOKUP
+        runs.setdefault((spec, mode), []).append((name, saved))
     failed = 0
     for (spec, mode), items in runs.items():
         with opened(spec, mode) as runner:
-            for name, item, record in items:
-                d, disagrees, now = REPLAYERS[mode](runner, spec, item)
-                replayed(name, record.get("class"), d, disagrees, now, as_json)
+            for name, saved in items:
+                d, disagrees, now = replayed_now(runner, spec, saved)
+                replayed(name, saved.cls, d, disagrees, now, as_json)
                 failed += disagrees
     sys.exit(1 if failed else 0)
 
@@ -505,7 +524,7 @@ def shown_gate(console: Console, name: str, seconds: float, out: Path) -> Tally 
     except TargetError as err:
         console.print(Text.assemble((f"{name} cannot be gated", "red"), f": {err}"))
         return None
-    checker = CaseChecker(runner, name, out, stop_at_first=True)
+    checker = CaseChecker(runner, TargetRecord(name), out, stop_at_first=True)
     tally = run_gate(checker, seconds, shape=default_shape(name))
     for d in tally.found:
         console.print(Text(d.render()))

@@ -14,8 +14,8 @@ import click
 
 from kvhit.cli.check import check_report, check_text, explain_text
 from kvhit.errors import BadInput
+from kvhit.harness.saved import read_queries
 from kvhit.importing import import_attr
-from kvhit.inputs import read_queries
 
 LAZY_COMMANDS = {
     "prove": "kvhit.cli.prove:prove",
@@ -23,7 +23,7 @@ LAZY_COMMANDS = {
     "gate": "kvhit.cli.campaign:gate",
     "replay": "kvhit.cli.campaign:replay",
     "matrix": "kvhit.cli.matrix:matrix",
-    "export": "kvhit.cli.export:export",
+    "export": "kvhit.cli.export_command:export",
 }
 
 

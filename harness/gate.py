@@ -3,7 +3,8 @@ queries for the time budget. Used by ``kvhit gate``, ``kvhit verify`` and the
 pytest plugin.
 
     >>> from kvhit.targets.spec import TargetSpec
-    >>> tally = run_gate(CaseChecker(TargetSpec("model").open(), "model"), seconds=0.2)
+    >>> from kvhit.targets.target_record import TargetRecord
+    >>> tally = run_gate(CaseChecker(TargetSpec("model").open(), TargetRecord("model")), 0.2)
     >>> tally.disagreements, tally.cases > 7000
     (0, True)
 """

@@ -24,6 +24,7 @@ from kvhit.harness.checker import CaseChecker
 from kvhit.harness.tally import Tally
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_record import TargetRecord
 
 Gate = Callable[..., Tally]
 
@@ -46,14 +47,15 @@ def gate_or_fail(
     else:
         runner, name = TargetSpec(target, timeout=timeout).open(), target
     try:
-        tally = run_gate(CaseChecker(runner, name, out_dir, stop_at_first=True), seconds, seed)
+        checker = CaseChecker(runner, TargetRecord(name), out_dir, stop_at_first=True)
+        tally = run_gate(checker, seconds, seed)
     finally:
         runner.close()
     if tally.found:
         d = tally.found[0]
         pytest.fail(
             f"kvhit gate: {name} disagrees with the reference ({d.cls}) after {tally.cases} "
-            f"cases\n{d.render()}\nreplay file: {out_dir / d.name()}",
+            f"cases\n{d.render()}\nreplay file: {out_dir / d.saved().file_name()}",
             pytrace=False,
         )
     return tally

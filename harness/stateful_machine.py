@@ -23,8 +23,9 @@ options give the same programs.
 
     >>> from kvhit.targets.registry import Mode
     >>> from kvhit.targets.spec import TargetSpec
-    >>> tally = run_programs(TargetSpec("impl").open(Mode.STATEFUL), "impl", ProgramPlan(steps=6),
-    ...                      programs=4)
+    >>> from kvhit.targets.target_record import TargetRecord
+    >>> runner = TargetSpec("impl").open(Mode.STATEFUL)
+    >>> tally = run_programs(runner, TargetRecord("impl"), ProgramPlan(steps=6), programs=4)
     >>> tally.disagreements, tally.cases, tally.operations > 4
     (0, 4, True)
 """
@@ -70,6 +71,7 @@ from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import Runner
 from kvhit.targets.stateful import Admit, Finish, Program, Store
+from kvhit.targets.target_record import TargetRecord
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 PROGRAMS_PER_RUN = 25  # programs per Hypothesis run
@@ -275,10 +277,12 @@ class Hunt:
 
 @dataclass
 class ProgramCampaign:
-    """A campaign of programs on one stateful target: its plan and budget, who hears
-    of progress, and the run's state (the tally, and the class being shrunk)."""
+    """A campaign of programs on one stateful target (``target``, as files record it):
+    its plan and budget, who hears of progress, and the run's state (the tally, and
+    the class being shrunk)."""
 
     runner: Runner
+    target: TargetRecord
     plan: ProgramPlan
     budget: Budget
     tally: Tally
@@ -318,7 +322,7 @@ class ProgramCampaign:
         # a program ends at its first disagreement, as a replay does: one of another
         # class (or of a class found already) ends it unfailed
         assume(wanted)
-        found = disagreement_of(tally.target, run.program, [*run.steps])
+        found = disagreement_of(self.target, run.program, [*run.steps])
         if hunt is None:
             tally.found_at.append((0, tally.cases - 1))
             self.hunt = Hunt(cls, time.monotonic() + self.plan.shrink_seconds, found)
@@ -402,7 +406,7 @@ def replayed(runner: Runner, shrunk: ProgramDisagreement) -> ProgramDisagreement
 
 def run_programs(
     runner: Runner,
-    target: str,
+    target: TargetRecord,
     plan: ProgramPlan = ProgramPlan(),
     seconds: float | None = None,
     programs: int | None = None,
@@ -411,8 +415,9 @@ def run_programs(
     """Run programs on ``runner`` (the stateful target named ``target``) until
     ``seconds`` pass or ``programs`` ran (one batch when neither is given); the tally,
     whose ``cases`` are programs."""
-    tally = Tally(target, operations=0)
-    return ProgramCampaign(runner, plan, Budget.of(seconds, programs), tally, on_progress).run()
+    tally = Tally(target.label, operations=0)
+    budget = Budget.of(seconds, programs)
+    return ProgramCampaign(runner, target, plan, budget, tally, on_progress).run()
 
 
 def size(found: ProgramDisagreement) -> tuple[int, int, int]:

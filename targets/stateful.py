@@ -76,7 +76,6 @@ from typing import Any
 from kvhit.contract import capabilities_of
 from kvhit.model.protocol import (
     QueryError,
-    decode_json,
     parse_alignment,
     parse_group,
     parse_hash_unit,
@@ -86,8 +85,6 @@ from kvhit.model.protocol import (
 )
 from kvhit.model.spec import Group, Kind, Tier, Upto
 from kvhit.targets.wire import BadReturn, shown
-
-PROGRAM_FORMAT = "kvhit-stateful/1"
 
 
 @dataclass(frozen=True)
@@ -429,21 +426,3 @@ class EngineHost:
         if op == "admit":
             return self.engine.admit(message["request"], message["tokens"])
         return self.engine.finish(message["request"])
-
-
-def load_program_file(text: str) -> tuple[Program, dict[str, Any]]:
-    """A saved stateful disagreement (or a plain program) and its record ({} for a
-    plain program); :class:`QueryError` naming the problem."""
-    obj = decode_json(text, "file")
-    if isinstance(obj, dict) and obj.get("format") == PROGRAM_FORMAT:
-        return Program.from_json(obj.get("program")), obj
-    return Program.from_json(obj), {}
-
-
-def is_program_file(text: str) -> bool:
-    """Whether ``text`` is a saved stateful disagreement or a plain program (has ``ops``)."""
-    try:
-        obj = decode_json(text, "file")
-    except QueryError:
-        return False  # the stateless loader says what is wrong with it
-    return isinstance(obj, dict) and (obj.get("format") == PROGRAM_FORMAT or "ops" in obj)

@@ -12,6 +12,7 @@ from test_harness_cli import HERE, kvhit
 
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import CHOICES, Choice
+from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, engines, run_programs
 from kvhit.impl.stateful_target import StatefulImpl
@@ -27,8 +28,8 @@ from kvhit.targets.stateful import (
     Finish,
     Program,
     decode_admitted,
-    load_program_file,
 )
+from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import BadReturn
 
 BROKEN = "broken_stateful"
@@ -175,19 +176,23 @@ def test_each_broken_engine_is_caught_with_a_short_replayable_program(
 ) -> None:
     target = f"{BROKEN}:{factory}"
     plan = ProgramPlan(out_dir=tmp_path, shrink_seconds=20)
-    tally = run_programs(open_stateful(target), target, plan, programs=400)
+    tally = run_programs(open_stateful(target), TargetRecord(target), plan, programs=400)
     (found,) = tally.found
     assert found.cls == cls
     assert len(found.program.ops) <= 12
     (path,) = tally.files
-    saved, record = load_program_file(path.read_text())
-    assert record["class"] == cls and saved == found.program
+    saved = decode(path.read_text())
+    assert isinstance(saved, ProgramFile) and saved.cls == cls and saved.program == found.program
+    assert saved.target == TargetRecord(target)
+    saved = saved.program
     assert run_program(open_stateful(target), saved)[-1].outcome.cls == cls
     assert run_program(open_stateful("impl"), saved)[-1].outcome.cls in ("ok", "rejected")
 
 
 def test_the_impl_passes_a_campaign() -> None:
-    tally = run_programs(open_stateful("impl"), "impl", ProgramPlan(steps=25), programs=150)
+    tally = run_programs(
+        open_stateful("impl"), TargetRecord("impl"), ProgramPlan(steps=25), programs=150
+    )
     assert not tally.found and tally.cases == 150
     assert tally.counts["ok"] > 600 and tally.operations > 1200  # copies make pools tighter
 
@@ -209,7 +214,7 @@ class Recorder:
 def test_the_sglang_shape_is_what_one_radix_tree_holds() -> None:
     recorder = Recorder(open_stateful("impl"))
     plan = ProgramPlan(steps=4, shape="sglang")
-    tally = run_programs(recorder, "impl", plan, programs=60)
+    tally = run_programs(recorder, TargetRecord("impl"), plan, programs=60)
     configs = [json.loads(m) for m in recorder.messages if json.loads(m)["op"] == "create"]
     kinds = set()
     for config in configs:
@@ -225,7 +230,7 @@ def test_the_sglang_shape_is_what_one_radix_tree_holds() -> None:
 def test_same_seed_same_programs() -> None:
     def messages(seed: int) -> list[str]:
         recorder = Recorder(open_stateful("impl"))
-        run_programs(recorder, "impl", ProgramPlan(steps=8, seed=seed), programs=10)
+        run_programs(recorder, TargetRecord("impl"), ProgramPlan(steps=8, seed=seed), programs=10)
         return recorder.messages
 
     assert messages(3) == messages(3) != messages(4)

@@ -14,13 +14,15 @@ from broken_sglang import window_freed_behind_the_tree, working_state_reported
 
 from kvhit.engines.sglang import cache as sglang_cache
 from kvhit.engines.sglang.cache import SglangCacheEngine
+from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Group, reused_blocks
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import EngineHost, Program, load_program_file
+from kvhit.targets.stateful import EngineHost, Program
+from kvhit.targets.target_record import TargetRecord
 
 PROGRAMS = 120
 FULL1 = {"kind": "full", "block_size": 1}
@@ -154,7 +156,7 @@ def test_configurations_one_tree_cannot_hold_are_unsupported(
 
 def test_the_stateful_gate_finds_nothing_in_sglang() -> None:
     plan = ProgramPlan(shape="sglang", stop_at_first=False)
-    tally = run_programs(open_stateful("sglang"), "sglang", plan, programs=PROGRAMS)
+    tally = run_programs(open_stateful("sglang"), TargetRecord("sglang"), plan, programs=PROGRAMS)
     assert tally.found == []
     assert tally.counts["ok"] > PROGRAMS and tally.counts["rejected"] > 0
     assert tally.counts["unsupported"] == 0
@@ -178,12 +180,14 @@ def test_a_broken_engine_is_caught_and_shrunk(
 ) -> None:
     runner = CallableRunner(EngineHost(factory), timeout=30.0)
     plan = ProgramPlan(kinds=(kind,), shape="sglang", shrink_seconds=10, out_dir=tmp_path)
-    tally = run_programs(runner, factory.__name__, plan, programs=PROGRAMS)
+    tally = run_programs(runner, TargetRecord(factory.__name__), plan, programs=PROGRAMS)
     (found,) = tally.found
     assert any(found.cls == cls and found.reason.startswith(why) for cls, why in shown), found
     assert len(found.program.ops) <= 3
     (path,) = tally.files
-    saved, _ = load_program_file(path.read_text())
+    saved_file = decode(path.read_text())
+    assert isinstance(saved_file, ProgramFile)
+    saved = saved_file.program
     assert [g.kind for g in saved.groups if g.kind != "full"] == [kind]
     replayed = run_program(CallableRunner(EngineHost(factory), timeout=30.0), saved)
     assert str(replayed[-1].outcome.cls) == found.cls

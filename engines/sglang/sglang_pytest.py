@@ -13,7 +13,7 @@ a query that target refuses is refused here with the same reason.
 A query with a hash unit h is SGLang at page size h holding its fine query, so the
 file speaks of pages of h tokens, and its expected pages are the fine answer's.
 
-    >>> from kvhit.engines.export import ExportEngine
+    >>> from kvhit.engines.pytest_writer import ExportEngine
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1},
     ...                             {"kind": "sliding_window", "block_size": 1, "window": 3}],
@@ -27,7 +27,7 @@ Stateful programs are not exported for SGLang (:class:`BadInput` says so).
 
 from __future__ import annotations
 
-from kvhit.engines.export import SavedLookup, SavedProgram, lookup_story, wrapped
+from kvhit.engines.pytest_writer import SavedLookup, SavedProgram, lookup_story, wrapped
 from kvhit.engines.sglang.layout import layout
 from kvhit.errors import BadInput, Unsupported
 from kvhit.model.spec import Kind, fine_query, longest_hit, window_before
