@@ -19,7 +19,7 @@ is on disk before it is reported.
     >>> json.loads(text)["format"], json.loads(text)["target"]
     ('kvhit-case/2', {'name': 'seed-min'})
     >>> decode(text) == case, case.file_name()
-    (True, 'unsafe-1c8ba1a2ad9c.json')
+    (True, 'unsafe-88f645e0a7c7.json')
     >>> decode(json.dumps(q.to_json())).cls is None  # a plain query
     True
 """
@@ -177,10 +177,20 @@ def optional_text(obj: dict[str, Any], key: str) -> str | None:
     return value
 
 
+def program_kind(obj: Any) -> str | None:
+    """What names ``obj`` a stateful case: its format, ``a plain program`` (it has
+    ``ops``), or None for anything else."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("format") in (SavedFormat.PROGRAM, SavedFormat.PROGRAM_1):
+        return f"a {obj['format']!r} file"
+    return "a plain program" if "format" not in obj and "ops" in obj else None
+
+
 def decode_object(obj: Any) -> SavedFile:
     """What one decoded JSON object holds; :class:`QueryError` naming the problem."""
     if not isinstance(obj, dict) or "format" not in obj:
-        if isinstance(obj, dict) and "ops" in obj:
+        if program_kind(obj):
             return ProgramFile(Program.from_json(obj))
         return CaseFile(parse_query(obj))
     if obj["format"] not in tuple(SavedFormat):
@@ -220,12 +230,14 @@ def read_queries(path: str) -> list[tuple[str, Query]]:
     out = []
     for number, obj in enumerate(objects, 1):
         label = where if len(objects) == 1 else f"{where} query {number}"
+        kind = program_kind(obj)
+        if kind is not None:
+            raise BadInput(f"{label}: {kind}, not a query or a saved disagreement")
         try:
             saved = decode_object(obj)
         except QueryError as err:
             raise BadInput(f"{label}: {err}") from None
-        if isinstance(saved, ProgramFile):
-            raise BadInput(f"{label}: a stateful program, not a query or a saved case")
+        assert isinstance(saved, CaseFile)
         out.append((label, saved.query))
     return out
 
