@@ -19,7 +19,7 @@ from kvhit.harness.saved import CaseFile, ProgramFile, decode
 from kvhit.importing import import_attr
 from kvhit.inputs import read_text
 from kvhit.model.protocol import QueryError
-from kvhit.targets.stateful import decode_admitted
+from kvhit.targets.stateful import Admission, check_admit, decode_admit
 from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import BadReturn
 
@@ -91,9 +91,10 @@ def hit_shows(saved: SavedProgram) -> None:
             f"{saved.source}: a {saved.cls} is not exported: only a wrong hit or a crash "
             "shows in the engine's own calls"
         )
-    admitted = decode_admitted(saved.answer, saved.program.groups)
+    admitted = check_admit(decode_admit(saved.answer), saved.program.config())
     correct = (saved.correct.length, [list(b) for b in saved.correct.blocks])
-    if admitted is None or (admitted.length, admitted.reused_indices()) == correct:
+    listed = admitted.listed() if isinstance(admitted, Admission) else None
+    if listed is None or (listed["length"], listed["blocks"]) == correct:
         raise BadInput(
             f"{saved.source}: the engine's hit is the correct one; what disagreed is in "
             f"the blocks' contents, which a hit does not show ({saved.reason})"

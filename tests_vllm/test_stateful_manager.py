@@ -15,10 +15,11 @@ from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.model.spec import Upto
 from kvhit.targets.registry import Mode, load
 from kvhit.targets.runner import CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import EngineHost, Program
+from kvhit.targets.stateful import EngineHost, Program, parse_config
 from kvhit.targets.target_record import TargetRecord
 
 PROGRAMS = 150
@@ -162,8 +163,8 @@ def test_the_snapshot_reads_a_partial_entry_in_the_block_past_the_whole_ones() -
     }
     if not RELEASE.partial_hash_hits:  # no hash unit before 0.26.0
         with pytest.raises(Unsupported):
-            VllmManagerEngine(config)
+            VllmManagerEngine(parse_config(config))
         return
-    engine = VllmManagerEngine(config)
+    engine = VllmManagerEngine(parse_config(config))
     engine.admit(0, [0, 0, 1])
-    assert engine.snapshot([0, 0, 1])["cached"][0] == [{"upto": 2}]
+    assert engine.snapshot([0, 0, 1]).cached[0] == (Upto(2),)
