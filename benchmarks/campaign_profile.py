@@ -57,7 +57,6 @@ import kvhit.model
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
 from kvhit.harness.random_cases import CHOICES, QueryShape
-from kvhit.harness.saved import target_record
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.spec import TargetSpec
@@ -136,7 +135,7 @@ def campaign_run(target: str, cases: int, name: str) -> Callable[[], int]:
         def programs() -> int:
             runner = spec.open(Mode.STATEFUL)
             try:
-                return run_programs(runner, target_record(spec), plan, programs=cases).cases
+                return run_programs(runner, spec.record, plan, programs=cases).cases
             finally:
                 runner.close()
 

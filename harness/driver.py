@@ -30,7 +30,6 @@ from kvhit.harness.compare import judge_reply
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases
 from kvhit.harness.jobs import CaseCampaign, run_campaign
 from kvhit.harness.report import Disagreement, Record
-from kvhit.harness.saved import target_record
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.harness.tally import OnProgress, Tally
@@ -98,7 +97,7 @@ def run_program_campaign(campaign: Campaign, plan: ProgramPlan, on_progress: OnP
         return Tally(spec.label, operations=0, interrupted=True)
     try:
         tally = run_programs(
-            runner, target_record(spec), plan, campaign.seconds, campaign.cases, on_progress
+            runner, spec.record, plan, campaign.seconds, campaign.cases, on_progress
         )
     except KeyboardInterrupt:
         return Tally(spec.label, operations=0, interrupted=True)
@@ -171,7 +170,7 @@ def replay(spec: TargetSpec, item: Query | Program) -> Replayed:
     mode = Mode.LOOKUP if isinstance(item, Query) else Mode.STATEFUL
     runner = spec.open(mode)
     try:
-        return replayed_on(runner, target_record(spec), item)
+        return replayed_on(runner, spec.record, item)
     finally:
         runner.close()
 
@@ -203,7 +202,7 @@ def replay_all(
             mode = Mode.LOOKUP if isinstance(item, Query) else Mode.STATEFUL
             if (spec, mode) not in runners:
                 runners[spec, mode] = spec.open(mode)
-            shown = replayed_on(runners[spec, mode], target_record(spec), item)
+            shown = replayed_on(runners[spec, mode], spec.record, item)
             on_replayed(tag, shown)
             failed += shown.disagrees
     finally:

@@ -44,7 +44,6 @@ from typing import Any
 from kvhit.errors import TargetError
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.report import Record
-from kvhit.harness.saved import target_record
 from kvhit.harness.tally import Finding, OnProgress, Tally
 from kvhit.targets.spec import TargetSpec
 
@@ -134,7 +133,7 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
 
     checker = CaseChecker(
         runner,
-        target_record(campaign.spec),
+        campaign.spec.record,
         campaign.out,
         on_found=found,
         on_case=tick,

@@ -40,7 +40,6 @@ from kvhit.harness.compare import ReplyClass
 from kvhit.inputs import read_text
 from kvhit.model.protocol import QueryError, decode_json, load_queries, parse_query
 from kvhit.model.spec import Query, longest_hit
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import Program
 from kvhit.targets.target_record import TargetRecord
 
@@ -57,15 +56,6 @@ class SavedFormat(StrEnum):
 
 LABELLED = (SavedFormat.CASE_1, SavedFormat.PROGRAM_1)
 """The formats whose ``target`` is a label, not a :class:`TargetRecord`."""
-
-
-def target_record(spec: TargetSpec) -> TargetRecord:
-    """What a file records of ``spec``: its name and options, or its command.
-
-    >>> target_record(TargetSpec("vllm", options=(("eagle", "drop"),))).to_json()
-    {'name': 'vllm', 'options': {'eagle': 'drop'}}
-    """
-    return TargetRecord(spec.name, spec.options, spec.command)
 
 
 def digest(*parts: Any) -> str:
