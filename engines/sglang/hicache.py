@@ -57,23 +57,21 @@ from typing import Any
 
 import torch
 
+from kvhit.contract import Capabilities, QueryTarget, Rule
 from kvhit.engines.sglang import target
 from kvhit.engines.sglang.layout import Layout, layout
-from kvhit.engines.sglang.target import Built, build, key
+from kvhit.engines.sglang.target import Built, build, cache_params, key
 from kvhit.errors import Unsupported
 from kvhit.model.spec import (
     Answer,
     Group,
     Kind,
     Query,
-    coarse_answer,
-    fine_query,
     held_query,
     local_query,
     tier_rows,
     window_before,
 )
-from kvhit.targets.wire import QueryTarget
 
 # isort: split
 # After kvhit.engines.sglang.target, which prepares SGLang's imports and server args.
@@ -81,7 +79,6 @@ import sglang.srt.mem_cache.pool_host.mamba as mamba_host
 import sglang.srt.mem_cache.pool_host.mha as mha_host
 from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
@@ -91,7 +88,32 @@ logging.getLogger("sglang.srt.mem_cache.l2_transfer").setLevel(
 )  # CPU events: no timing
 
 HOLDS = frozenset({Kind.FULL, Kind.SLIDING_WINDOW, Kind.MAMBA})
-"""The kinds SGLang's host pools hold."""
+"""The kinds SGLang's host pools hold (full and window KV, Mamba states:
+``hybrid_cache/hybrid_pool_assembler.py``, ``_SwaStrategy``, ``_MambaStrategy``,
+``_MambaSwaStrategy``)."""
+
+
+def one_host_tier(q: Query) -> str | None:
+    """HiCache backs the tree up to one host pool per component (``init_hicache``)."""
+    if len(q.tiers) <= 1:
+        return None
+    return "SGLang's HiCache has one host tier: a query may give one tier"
+
+
+def host_kinds(q: Query) -> str | None:
+    """The tier holds only kinds SGLang's host pools hold (:data:`HOLDS`)."""
+    extra = {k for t in q.tiers for k in t.holds} - HOLDS
+    if not extra:
+        return None
+    named = ", ".join(sorted(k.value for k in extra))
+    return f"SGLang's host pools hold full, window and Mamba KV, not {named}"
+
+
+CAPABILITIES: Capabilities = replace(target.CAPABILITIES, tiers=True).with_rules(
+    Rule("one_host_tier", one_host_tier), Rule("host_kinds", host_kinds)
+)
+"""What the ``sglang-hicache`` target can be asked: the ``sglang`` target's tree, with
+one host tier."""
 
 
 def _indices(indices: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -199,25 +221,15 @@ class HostLayout:
 
 
 def host_rows(q: Query) -> tuple[Any, ...]:
-    """The rows of the query's tier (none held without one) at the query's fine
-    granularity; Unsupported for several tiers, or kinds SGLang's host pools do not
-    hold."""
-    if len(q.tiers) > 1:
-        raise Unsupported("SGLang's HiCache has one host tier: a query may give one tier")
-    if not q.tiers:
-        return ((),) * len(q.groups)
-    (tier,) = q.tiers
-    if not tier.holds <= HOLDS:
-        extra = ", ".join(sorted(k.value for k in tier.holds - HOLDS))
-        raise Unsupported(f"SGLang's host pools hold full, window and Mamba KV, not {extra}")
-    return fine_query(replace(q, cached=tier_rows(tier), tiers=())).cached
+    """The rows of the query's one tier (none held without one)."""
+    return tier_rows(q.tiers[0]) if q.tiers else ((),) * len(q.groups)
 
 
 def host_layout(q: Query) -> HostLayout:
     """How SGLang's tree and host tier hold the one-tier query ``q`` (see the module
     docstring)."""
     host = host_rows(q)
-    local = fine_query(local_query(q))
+    local = local_query(q)
     tree = layout(held_query(q))
     full_row = local.cached[_full(local.groups)]
     device = next((j for j, bit in enumerate(full_row) if not bit), len(full_row))
@@ -249,17 +261,9 @@ def attach(built: Built, tree: Layout) -> Any:
     (``mem_cache/registry.py:196``), with :data:`HICACHE_ARGS` process-wide while it
     is built; returns the cache."""
     cache = built.cache
-    params = CacheInitParams(
-        disable=False,
-        req_to_token_pool=cache.req_to_token_pool,
-        token_to_kv_pool_allocator=cache.token_to_kv_pool_allocator,
-        page_size=tree.page,
-        sliding_window_size=tree.window_sizes[0],
-        draft_swa_window=tree.window_sizes[1],
-        enable_mamba_extra_buffer=tree.mamba_row is not None and tree.page > 1,
-        tree_components=cache.tree_components,
-        tree_core_backend=target.TREE_CORE,
-    )
+    mamba = tree.mamba_row is not None
+    requests, allocator = cache.req_to_token_pool, cache.token_to_kv_pool_allocator
+    params = cache_params(tree.page, tree.window_sizes, mamba, requests, allocator)
     set_global_server_args_for_scheduler(HICACHE_ARGS)
     try:
         cache.init_hicache(HICACHE_ARGS, params)
@@ -461,12 +465,11 @@ def asked(cache: Any, q: Query, hl: HostLayout) -> dict[str, Any]:
     except (AssertionError, ValueError) as err:
         raise Unsupported(f"SGLang refuses this configuration: {err}") from err
     check_held(cache, nodes, hl)
-    fine = fine_query(local_query(q))
     length = served(cache, q.max_length)
-    blocks = reused(cache, nodes, fine, hl.tree, length)
-    check_restored(cache, nodes, fine, length, blocks, hl.tree.page)
-    return coarse_answer(q, Answer(length, tuple(map(tuple, blocks)))).to_json()
+    blocks = reused(cache, nodes, q, hl.tree, length)
+    check_restored(cache, nodes, q, length, blocks, hl.tree.page)
+    return Answer(length, tuple(map(tuple, blocks))).to_json()
 
 
-sglang_hicache_target = QueryTarget(hicache_answer, tiers=True)
+sglang_hicache_target = QueryTarget(hicache_answer, CAPABILITIES)
 """The ``sglang-hicache`` target."""

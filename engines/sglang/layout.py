@@ -1,13 +1,15 @@
-"""How SGLang's tree holds a query: which group is the tree, its windows and its Mamba
-group (:func:`shape`), and the state it can hold (:func:`layout`), or why not
-(:class:`~kvhit.errors.Unsupported`). Plain Python, no SGLang import, so that
-``kvhit export`` can lay a query out where SGLang is not installed; the mapping is
-described in :mod:`kvhit.engines.sglang.target`."""
+"""How SGLang's tree holds a query: what it can be asked (:func:`tree_capabilities`,
+each configuration check a rule with its reason), which group is the tree, its windows
+and its Mamba group (:func:`shape`), and the state it can hold (:func:`layout`), or
+why not (:class:`~kvhit.errors.Unsupported`: rows a tree cannot hold). Plain Python,
+no SGLang import, so that ``kvhit export`` can lay a query out where SGLang is not
+installed; the mapping is described in :mod:`kvhit.engines.sglang.target`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvhit.contract import Capabilities, Rule
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Drafter, Group, Kind, Query, window_before
 
@@ -24,35 +26,105 @@ class TreeGroups:
     mamba_index: int | None = None
 
 
-def shape(groups: tuple[Group, ...], alignment: int) -> TreeGroups:
-    """How SGLang's tree holds these groups; Unsupported if it cannot.
+def full_group(q: Query) -> str | None:
+    """SGLang's tree is one full group: every node holds full KV (``ComponentType.FULL``,
+    ``mem_cache/unified_cache/component_type.py``), the other components hang off it."""
+    count = [g.kind for g in q.groups].count(Kind.FULL)
+    if count == 1:
+        return None
+    return f"SGLang's radix tree holds one full group (its FULL component); got {count}"
 
-    >>> tree = shape((Group("sliding_window", 2, window=3), Group("full", 2)), 2)
+
+def one_mamba_group(q: Query) -> str | None:
+    """The tree has one Mamba component (``ComponentType.MAMBA``)."""
+    if [g.kind for g in q.groups].count(Kind.MAMBA) <= 1:
+        return None
+    return "SGLang's radix tree has one Mamba component: at most one mamba group"
+
+
+def windows_at_most(most: int) -> Rule:
+    """The tree's one window pool (``ComponentType.SWA``) serves the target's window
+    and, where ``most`` is 2, its drafter's (``CacheInitParams.draft_swa_window``)."""
+    held = "a window and its drafter's" if most > 1 else "one window"
+
+    def refuses(q: Query) -> str | None:
+        if [g.kind for g in q.groups].count(Kind.SLIDING_WINDOW) <= most:
+            return None
+        return f"SGLang's tree has one window pool: at most {held}"
+
+    return Rule("one_window_pool", refuses)
+
+
+def one_page_size(q: Query) -> str | None:
+    """SGLang has one ``page_size`` for every component, and matches end on pages."""
+    page = q.groups[0].block_size
+    if all(g.block_size == page for g in q.groups) and q.alignment == page:
+        return None
+    return "SGLang has one page size: every block size and A must be equal"
+
+
+def positive_window(q: Query) -> str | None:
+    """``SWAComponent`` refuses a ``sliding_window_size`` below 1
+    (``unified_cache/components/swa.py:86-87``): a window of the token alone."""
+    if all(window_before(g) >= 1 for g in q.groups if g.kind == Kind.SLIDING_WINDOW):
+        return None
+    return "SGLang needs a positive sliding_window_size (exclusive window)"
+
+
+def mamba_at_page_one(why: str) -> Rule:
+    """A Mamba group only at page size 1, because ``why``."""
+
+    def refuses(q: Query) -> str | None:
+        paged = any(g.kind == Kind.MAMBA and g.block_size > 1 for g in q.groups)
+        return f"Mamba at page size > 1: {why}" if paged else None
+
+    return Rule("mamba_at_page_one", refuses)
+
+
+def tree_capabilities(kinds: frozenset[Kind], windows: int) -> Capabilities:
+    """What one SGLang radix tree can be asked: ``kinds`` (full, and the components it
+    has beside it), at most ``windows`` sliding windows, groups without a drafter key
+    (SGLang's EAGLE tree keys token pairs, ``RadixKey`` bigrams: not driven), windows
+    of either convention (an inclusive w is SGLang's w - 1, as its model code passes
+    it), no hash unit (SGLang's page is its finest unit), no tiers.
+
+    >>> from kvhit.model.protocol import parse_query
+    >>> TREE.refusal(parse_query({"groups": [{"kind": "full", "block_size": 2},
+    ...                                      {"kind": "mamba", "block_size": 1}],
+    ...                           "cached": ["", ""], "max_length": 1, "alignment": 2}))
+    'SGLang has one page size: every block size and A must be equal'
+    """
+    return Capabilities(
+        kinds=kinds,
+        drafters=frozenset({Drafter.NONE}),
+        hash_units=False,
+        rules=(
+            Rule("full_group", full_group),
+            Rule("one_mamba_group", one_mamba_group),
+            windows_at_most(windows),
+            Rule("one_page_size", one_page_size),
+            Rule("positive_window", positive_window),
+        ),
+    )
+
+
+TREE = tree_capabilities(frozenset({Kind.FULL, Kind.SLIDING_WINDOW, Kind.MAMBA}), 2)
+"""The widest a tree may be asked (SGLang 0.5.23's components and its drafter window),
+read without importing SGLang (``kvhit export``); the targets narrow it to what the
+installed SGLang has (:data:`kvhit.engines.sglang.target.CAPABILITIES`)."""
+
+
+def shape(groups: tuple[Group, ...]) -> TreeGroups:
+    """How SGLang's tree holds groups its capabilities allow (:data:`TREE`).
+
+    >>> tree = shape((Group("sliding_window", 2, window=3), Group("full", 2)))
     >>> tree.page, tree.full, tree.windows, tree.mamba_index
     (2, 1, (0,), None)
     """
     kinds = [g.kind for g in groups]
-    if any(g.drafter not in (None, Drafter.NONE) for g in groups):
-        raise Unsupported(
-            "SGLang's EAGLE cache keys its tree by token pairs (RadixKey bigrams); "
-            "only groups without a drafter key (none) are driven"
-        )
-    counts = {kind: kinds.count(kind) for kind in Kind}
-    if counts[Kind.FULL] != 1 or counts[Kind.CHUNKED_LOCAL] or counts[Kind.MAMBA] > 1:
-        raise Unsupported(
-            "SGLang's hybrid radix caches hold one full group plus a sliding window "
-            f"(and its drafter's) and a mamba group; got {', '.join(kinds)}"
-        )
-    if counts[Kind.SLIDING_WINDOW] > 2:
-        raise Unsupported("SGLang's tree has one window pool: at most a window and its drafter's")
-    page = groups[0].block_size
-    if any(g.block_size != page for g in groups) or alignment != page:
-        raise Unsupported("SGLang has one page size: every block size and A must be equal")
     windows = tuple(i for i, k in enumerate(kinds) if k == Kind.SLIDING_WINDOW)
-    if any(window_before(groups[i]) < 1 for i in windows):
-        raise Unsupported("SGLang needs a positive sliding_window_size (exclusive window)")
     mamba = kinds.index(Kind.MAMBA) if Kind.MAMBA in kinds else None
-    return TreeGroups(page, kinds.index(Kind.FULL), windows, mamba)
+    return TreeGroups(groups[0].block_size, kinds.index(Kind.FULL), windows, mamba)
 
 
 @dataclass(frozen=True)
@@ -103,9 +175,9 @@ def _within(row: tuple[bool, ...], full: int, what: str) -> tuple[bool, ...]:
 
 
 def layout(q: Query) -> Layout:
-    """Check that SGLang's tree can hold the query's state (a query without a hash
-    unit), and how."""
-    tree = shape(q.groups, q.alignment)
+    """Check that SGLang's tree can hold the state of a query its capabilities allow
+    (:data:`TREE`), and how."""
+    tree = shape(q.groups)
     full = _row_prefix(q.cached[tree.full])
     rows = {_within(q.cached[i], full, "window") for i in tree.windows}
     if len(rows) > 1:
