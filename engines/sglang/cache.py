@@ -69,7 +69,7 @@ from typing import Any
 
 from kvhit.contract import Capabilities, EngineConfig, Rule
 from kvhit.engines.sglang.layout import TreeGroups, mamba_at_page_one, shape
-from kvhit.engines.sglang.target import CAPABILITIES, Pools, new_cache
+from kvhit.engines.sglang.target import TREE_CONFIG, Pools, new_cache
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_group
 from kvhit.model.spec import Kind, Query, default_alignment, window_before
@@ -107,7 +107,7 @@ class SglangCacheEngine:
     """SGLang's ``UnifiedRadixCache`` behind the stateful protocol (see the module
     docstring)."""
 
-    capabilities: Capabilities = CAPABILITIES.with_rules(
+    capabilities: Capabilities = TREE_CONFIG.with_rules(
         Rule("one_window", one_window),
         mamba_at_page_one(
             "SGLang's extra buffer is driven by the stateless sglang target only: its "

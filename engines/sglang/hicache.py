@@ -26,8 +26,8 @@ blocks are those SGLang then holds on the device where the request reads them, e
 checked to hold its own tokens' KV (every slot is stamped with its token before the
 backup, every Mamba state with its length; :class:`WrongRestore` otherwise).
 
-The state a query may give (else :class:`~kvhit.errors.Unsupported`): the tree of the
-``sglang`` target over the held rows; the device's full row a prefix, blocks 0 … D-1;
+What the target can be asked (:data:`CAPABILITIES`, each a rule with its reason): the
+configurations of the ``sglang`` target's tree, one tier, and the tree over the held rows; the device's full row a prefix, blocks 0 … D-1;
 past it, no local bit (a demoted node holds nothing on the device); before it, no
 window or Mamba bit on the tier alone (a device node's state held only on the host
 is not built). The tier may hold ``full``, ``sliding_window`` and ``mamba``.
@@ -59,7 +59,7 @@ import torch
 
 from kvhit.contract import Capabilities, QueryTarget, Rule
 from kvhit.engines.sglang import target
-from kvhit.engines.sglang.layout import Layout, layout
+from kvhit.engines.sglang.layout import Layout, layout, prefix_blocks, tree_rows
 from kvhit.engines.sglang.target import Built, build, cache_params, key
 from kvhit.errors import Unsupported
 from kvhit.model.spec import (
@@ -107,13 +107,6 @@ def host_kinds(q: Query) -> str | None:
         return None
     named = ", ".join(sorted(k.value for k in extra))
     return f"SGLang's host pools hold full, window and Mamba KV, not {named}"
-
-
-CAPABILITIES: Capabilities = replace(target.CAPABILITIES, tiers=True).with_rules(
-    Rule("one_host_tier", one_host_tier), Rule("host_kinds", host_kinds)
-)
-"""What the ``sglang-hicache`` target can be asked: the ``sglang`` target's tree, with
-one host tier."""
 
 
 def _indices(indices: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -225,30 +218,50 @@ def host_rows(q: Query) -> tuple[Any, ...]:
     return tier_rows(q.tiers[0]) if q.tiers else ((),) * len(q.groups)
 
 
-def host_layout(q: Query) -> HostLayout:
-    """How SGLang's tree and host tier hold the one-tier query ``q`` (see the module
-    docstring)."""
+def device_rows(q: Query) -> str | None:
+    """Why the device's rows of the one-tier query ``q`` are not what SGLang's HiCache
+    holds after demoting a tree's tail (see the module docstring), or None."""
     host = host_rows(q)
-    local = local_query(q)
-    tree = layout(held_query(q))
-    full_row = local.cached[_full(local.groups)]
-    device = next((j for j, bit in enumerate(full_row) if not bit), len(full_row))
+    full_row = q.cached[_full(q.groups)]
+    device = prefix_blocks(full_row)
     if any(full_row[device:]):
-        raise Unsupported("SGLang's device holds full KV for a prefix of the tree only")
-    for i, g in enumerate(local.groups):
+        return "SGLang's device holds full KV for a prefix of the tree only"
+    for i, g in enumerate(q.groups):
         if g.kind == Kind.FULL:
             continue
-        if any(local.cached[i][device:]):
-            raise Unsupported(
+        if any(q.cached[i][device:]):
+            return (
                 f"group {i}: a block past the device's full KV (block {device} on) is "
                 "on the host only: it holds nothing on the device"
             )
-        on_host = host[i][:device]
-        if any(bit and not mine for bit, mine in zip(on_host, local.cached[i])):
-            raise Unsupported(
+        if any(bit and not mine for bit, mine in zip(host[i][:device], q.cached[i])):
+            return (
                 f"group {i}: a {g.kind.value} block under the device's full KV held on the "
                 "host alone is not built"
             )
+    return None
+
+
+def held_rows(q: Query) -> str | None:
+    """Why one tree cannot hold every block the device and the host hold, or None."""
+    return tree_rows(held_query(q))
+
+
+CAPABILITIES: Capabilities = replace(target.TREE_CONFIG, tiers=True).with_rules(
+    Rule("one_host_tier", one_host_tier),
+    Rule("host_kinds", host_kinds),
+    Rule("held_rows", held_rows),
+    Rule("device_rows", device_rows),
+)
+"""What the ``sglang-hicache`` target can be asked: the ``sglang`` target's tree over
+the held rows, with one host tier holding its tail and perhaps copies of the rest."""
+
+
+def host_layout(q: Query) -> HostLayout:
+    """How SGLang's tree and host tier hold a one-tier query its capabilities allow
+    (:data:`CAPABILITIES`)."""
+    tree = layout(held_query(q))
+    device = prefix_blocks(q.cached[_full(q.groups)])
     return HostLayout(tree, min(device, tree.full_blocks))
 
 

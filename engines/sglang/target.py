@@ -56,7 +56,13 @@ from typing import Any
 import torch
 
 from kvhit.contract import Capabilities, QueryTarget
-from kvhit.engines.sglang.layout import Layout, layout, mamba_at_page_one, tree_capabilities
+from kvhit.engines.sglang.layout import (
+    TREE_ROWS,
+    Layout,
+    layout,
+    mamba_at_page_one,
+    tree_capabilities,
+)
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Answer, Group, Kind, Query, window_before
 
@@ -160,15 +166,18 @@ COMPONENT_KINDS = {"FULL": Kind.FULL, "SWA": Kind.SLIDING_WINDOW, "MAMBA": Kind.
 
 
 def installed_capabilities() -> Capabilities:
-    """What the installed SGLang's tree can be asked, read from its code: the kinds
-    its ``ComponentType`` has (0.5.23: ``unified_cache/component_type.py``), a
-    drafter's window beside the target's where ``CacheInitParams`` has
+    """The configurations the installed SGLang's tree can be asked, read from its code:
+    the kinds its ``ComponentType`` has (0.5.23: ``unified_cache/component_type.py``),
+    a drafter's window beside the target's where ``CacheInitParams`` has
     ``draft_swa_window``, and Mamba at page size > 1 where it has
     ``enable_mamba_extra_buffer`` (``cache_init_params.py``; without the buffer
     ``MambaComponent`` needs page size 1, ``components/mamba.py:77-80``).
 
-    >>> installed_capabilities() == CAPABILITIES
-    True
+    >>> caps = installed_capabilities()  # SGLang 0.5.23
+    >>> sorted(k.value for k in caps.kinds), caps.hash_units, caps.tiers
+    (['full', 'mamba', 'sliding_window'], False, False)
+    >>> [rule.name for rule in caps.rules]
+    ['full_group', 'one_mamba_group', 'one_window_pool', 'one_page_size', 'positive_window']
     """
     members = ComponentType.__members__
     kinds = frozenset(kind for name, kind in COMPONENT_KINDS.items() if name in members)
@@ -181,8 +190,13 @@ def installed_capabilities() -> Capabilities:
     )
 
 
-CAPABILITIES = installed_capabilities()
-"""What the ``sglang`` target can be asked."""
+TREE_CONFIG = installed_capabilities()
+"""The configurations the installed SGLang's tree can be asked (the stateful engine and
+HiCache build on it)."""
+
+CAPABILITIES = TREE_CONFIG.with_rules(TREE_ROWS)
+"""What the ``sglang`` target can be asked: the tree's configurations, and the rows a
+tree holds."""
 
 
 def cache_params(
