@@ -73,6 +73,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from kvhit.contract import capabilities_of
 from kvhit.model.protocol import (
     QueryError,
     decode_json,
@@ -415,6 +416,7 @@ class EngineHost:
 
     def __init__(self, factory: Callable[[dict[str, Any]], Any]):
         self.factory = factory
+        self.capabilities = capabilities_of(factory)
         self.engine: Any = None
 
     def __call__(self, message: dict[str, Any]) -> Any:

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvhit.cli.main import main
+from kvhit.contract import QueryTarget
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import random_queries, tiered_query
 from kvhit.harness.stateful import run_program
@@ -26,7 +27,6 @@ from kvhit.reference import fixed_point_answer, wrong_tier_answers
 from kvhit.targets.registry import get
 from kvhit.targets.runner import CallableRunner
 from kvhit.targets.stateful import Program
-from kvhit.targets.wire import QueryTarget
 
 FULL_MAMBA = {
     "groups": [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}],
