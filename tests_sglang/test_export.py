@@ -120,7 +120,4 @@ def test_what_sglang_cannot_be_asked_is_one_error_line(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(main, ["export", str(source), "--engine", "sglang"])
     assert result.exit_code == 2
-    assert (
-        "SGLang cannot be asked this: declares no chunked_local groups"
-        in result.output
-    )
+    assert "SGLang cannot be asked this: declares no chunked_local groups" in result.output

@@ -144,7 +144,10 @@ def test_a_snapshot_does_not_refresh_the_lru_order() -> None:
         ([FULL1, {"kind": "sliding_window", "block_size": 2, "window": 3}], "one page size"),
         ([{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}], "extra buffer"),
         ([FULL1, {"kind": "sliding_window", "block_size": 1, "window": 1}], "positive"),
-        ([FULL1, *[{"kind": "sliding_window", "block_size": 1, "window": 3}] * 2], "drafter window"),
+        (
+            [FULL1, *[{"kind": "sliding_window", "block_size": 1, "window": 3}] * 2],
+            "drafter window",
+        ),
     ],
 )
 def test_configurations_one_tree_cannot_hold_are_declared_and_unsupported(

@@ -68,7 +68,6 @@ from kvhit.model.spec import (
     Kind,
     Query,
     held_query,
-    local_query,
     tier_rows,
     window_before,
 )

@@ -179,14 +179,17 @@ def tree_rows(q: Query) -> str | None:
             f"SGLang's tree holds full KV for a prefix only: full block {full} is "
             f"missing but block {full_row.index(True, full)} is cached"
         )
+    held = f"blocks 0 … {full - 1}" if full else "none"
     for g, row in zip(q.groups, q.cached):
         if any(row[full:]):
             what = "Mamba" if g.kind == Kind.MAMBA else "window"
             return (
                 f"{what} block {row.index(True, full)} is cached past the full KV "
-                f"(blocks 0 … {full - 1}): a tree node always holds full KV"
+                f"({held}): a tree node always holds full KV"
             )
-    windows = {cut(row, full) for g, row in zip(q.groups, q.cached) if g.kind == Kind.SLIDING_WINDOW}
+    windows = {
+        cut(row, full) for g, row in zip(q.groups, q.cached) if g.kind == Kind.SLIDING_WINDOW
+    }
     if len(windows) > 1:
         return (
             "a drafter's window KV shares the target's window slots in SGLang "
