@@ -26,7 +26,7 @@ blocks are those SGLang then holds on the device where the request reads them, e
 checked to hold its own tokens' KV (every slot is stamped with its token before the
 backup, every Mamba state with its length; :class:`WrongRestore` otherwise).
 
-What the target can be asked (:data:`CAPABILITIES`, each a rule with its reason): the
+What the target can be asked (:data:`HICACHE_CAPABILITIES`, each a rule with its reason): the
 configurations of the ``sglang`` target's tree, one tier, and the tree over the held rows; the device's full row a prefix, blocks 0 … D-1;
 past it, no local bit (a demoted node holds nothing on the device); before it, no
 window or Mamba bit on the tier alone (a device node's state held only on the host
@@ -246,7 +246,7 @@ def held_rows(q: Query) -> str | None:
     return tree_rows(held_query(q))
 
 
-CAPABILITIES: Capabilities = replace(target.TREE_CONFIG, tiers=True).with_rules(
+HICACHE_CAPABILITIES: Capabilities = replace(target.TREE_CONFIG, tiers=True).with_rules(
     Rule("one_host_tier", one_host_tier),
     Rule("host_kinds", host_kinds),
     Rule("held_rows", held_rows),
@@ -258,7 +258,7 @@ the held rows, with one host tier holding its tail and perhaps copies of the res
 
 def host_layout(q: Query) -> HostLayout:
     """How SGLang's tree and host tier hold a one-tier query its capabilities allow
-    (:data:`CAPABILITIES`)."""
+    (:data:`HICACHE_CAPABILITIES`)."""
     tree = layout(held_query(q))
     device = prefix_blocks(q.cached[_full(q.groups)])
     return HostLayout(tree, min(device, tree.full_blocks))
@@ -483,5 +483,5 @@ def asked(cache: Any, q: Query, hl: HostLayout) -> dict[str, Any]:
     return Answer(length, tuple(map(tuple, blocks))).to_json()
 
 
-sglang_hicache_target = QueryTarget(hicache_answer, CAPABILITIES)
+sglang_hicache_target = QueryTarget(hicache_answer, HICACHE_CAPABILITIES)
 """The ``sglang-hicache`` target."""

@@ -36,7 +36,7 @@ How the protocol maps onto SGLang (docs/design.md §1):
   uncached ones, and the locks are released. The leaf's state cannot be evicted
   alone (SGLang drops the leaf with it), so the last full block needs a cached state.
 
-What the target can be asked is :data:`CAPABILITIES`, read from the installed SGLang
+What the target can be asked is :data:`TREE_CAPABILITIES`, read from the installed SGLang
 (:func:`installed_capabilities`); kvhit draws nothing else for it. Rows the tree cannot
 hold (the last three points), or what SGLang refuses at run time, raise
 :class:`kvhit.errors.Unsupported` with the reason.
@@ -194,7 +194,7 @@ TREE_CONFIG = installed_capabilities()
 """The configurations the installed SGLang's tree can be asked (the stateful engine and
 HiCache build on it)."""
 
-CAPABILITIES = TREE_CONFIG.with_rules(TREE_ROWS)
+TREE_CAPABILITIES = TREE_CONFIG.with_rules(TREE_ROWS)
 """What the ``sglang`` target can be asked: the tree's configurations, and the rows a
 tree holds."""
 
@@ -437,5 +437,5 @@ def sglang_answer(q: Query) -> dict[str, Any]:
     return Answer(length, tuple(map(tuple, blocks))).to_json()
 
 
-sglang_target = QueryTarget(sglang_answer, CAPABILITIES)
+sglang_target = QueryTarget(sglang_answer, TREE_CAPABILITIES)
 """The ``sglang`` target."""
