@@ -203,7 +203,7 @@ def test_a_broken_engine_is_caught_and_shrunk(
 def test_the_command_draws_sglang_shaped_engines_for_sglang(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "kvhit.cli", "gate", "--stateful", "--target", "sglang",
-         "--seconds", "4", "--json", "--out", str(tmp_path)],
+         "--seconds", "600", "--cases", "20", "--json", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
