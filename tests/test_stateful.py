@@ -318,8 +318,17 @@ def test_same_seed_same_programs() -> None:
 
 def test_gate_stateful_on_the_impl_passes(tmp_path: Path) -> None:
     code, report, _ = kvhit(
-        "gate", "--stateful", "--target", "impl", "--cases", "30", "--json", cwd=tmp_path
-    )
+        "gate",
+        "--stateful",
+        "--target",
+        "impl",
+        "--cases",
+        "30",
+        "--seconds",
+        "600",
+        "--json",
+        cwd=tmp_path,
+    )  # a budget of programs; the seconds only a hang guard
     assert code == 0 and report is not None
     assert report["cases"] == 30 and report["operations"] > 30 and report["disagreements"] == []
     assert set(report["counts"]) <= {"ok", "rejected"} and report["counts"]["ok"] > 100
