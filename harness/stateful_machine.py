@@ -32,8 +32,10 @@ options give the same programs.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from math import lcm
 from pathlib import Path
 from typing import cast
@@ -51,11 +53,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvhit.contract import EngineConfig
+from kvhit.contract import Store as EngineStore
 from kvhit.harness.random_cases import (
     CHOICES,
     TIER_NAMES,
-    Choice,
+    Palette,
     QueryShape,
+    palette,
     sglang_partners,
 )
 from kvhit.harness.stateful import (
@@ -67,7 +72,7 @@ from kvhit.harness.stateful import (
 )
 from kvhit.harness.strategies import COIN, HASH_UNITS, group_configs
 from kvhit.harness.tally import OnProgress, Tally
-from kvhit.model.spec import Group, Kind
+from kvhit.model.spec import Group, Kind, Query
 from kvhit.targets.runner import Runner
 from kvhit.targets.stateful import Admit, Finish, Program, Store
 
@@ -78,24 +83,25 @@ PHASE = "programs"  # the one phase of a campaign of programs, in its tally
 
 @st.composite
 def engines(
-    draw: st.DrawFn, kinds: Sequence[str], max_tokens: int, block_sizes: Sequence[int]
+    draw: st.DrawFn, drawn: Palette, max_tokens: int, block_sizes: Sequence[int]
 ) -> Program:
-    """An engine configuration: 1-4 groups (sometimes two of the same kind), a pool
-    just big enough for one request (plus a few blocks), and the default or a doubled
-    alignment; when ``kinds`` allows (``hash_unit``), 30% of the time a hash unit h,
-    the groups' block sizes then those of ``block_sizes`` that are multiples of h
-    larger than it, and A = h or 2h."""
-    unit = draw(st.sampled_from(HASH_UNITS)) if Choice.HASH_UNIT in kinds and draw(COIN) else None
+    """An engine configuration from the palette ``drawn``: 1-4 groups (sometimes two of
+    the same kind), a pool just big enough for one request (plus a few blocks), and
+    the default or a doubled alignment; when the palette has a hash unit, 30% of the
+    time a hash unit h, the groups' block sizes then those of ``block_sizes`` that are
+    multiples of h larger than it, and A = h or 2h; when it has tiers, most of the
+    time one or two external stores (:func:`stores`)."""
+    unit = draw(st.sampled_from(HASH_UNITS)) if drawn.hash_units and draw(COIN) else None
     sizes = block_sizes if unit is None else [b for b in block_sizes if b % unit == 0 and b > unit]
     if not sizes:
         unit, sizes = None, block_sizes
-    drawn = draw(st.lists(group_configs(kinds, sizes, max_span=4), min_size=1, max_size=3))
+    made = draw(st.lists(group_configs(drawn, sizes, max_span=4), min_size=1, max_size=3))
     if draw(st.booleans()):  # another group of the first one's kind, as models have
-        same = [drawn[0].kind, *(c for c in (Choice.EAGLE, Choice.DRAFTER) if c in kinds)]
-        drawn.append(draw(group_configs(same, sizes, max_span=4)))
-    groups = tuple(drawn)
+        made.append(draw(group_configs(drawn.only([made[0].kind]), sizes, max_span=4)))
+    groups = tuple(made)
     step = lcm(*(g.block_size for g in groups)) if unit is None else unit
-    return pooled(draw, groups, step * draw(st.sampled_from((1, 2))), max_tokens, unit)
+    program = pooled(draw, groups, step * draw(st.sampled_from((1, 2))), max_tokens, unit)
+    return replace(program, tiers=draw(stores(program))) if drawn.tiers else program
 
 
 def pooled(
@@ -114,7 +120,7 @@ def pooled(
 
 @st.composite
 def one_tree_engines(
-    draw: st.DrawFn, kinds: Sequence[str], max_tokens: int, block_sizes: Sequence[int]
+    draw: st.DrawFn, drawn: Palette, max_tokens: int, block_sizes: Sequence[int]
 ) -> Program:
     """An engine one radix tree can hold (SGLang's ``UnifiedRadixCache``): one full
     group, and with it at most one partner SGLang holds at that block size
@@ -122,40 +128,47 @@ def one_tree_engines(
     to 4 blocks, either convention, or mamba at b = 1), in either order; one block
     size b and A = b; the pool as :func:`engines` draws it."""
     b = draw(st.sampled_from(block_sizes))
-    other = draw(st.sampled_from([None, *sglang_partners(kinds, b)]))
+    other = draw(st.sampled_from([None, *sglang_partners(drawn, b)]))
     groups = [Group(Kind.FULL, b)]
     if other is not None:
-        groups.append(draw(group_configs([other], [b], max_span=4, least=2)))
+        partner = drawn.only([other], drafters=False)
+        groups.append(draw(group_configs(partner, [b], max_span=4, least=2)))
     if draw(st.booleans()):
         groups.reverse()
     return pooled(draw, tuple(groups), b, max_tokens)
 
 
 @st.composite
-def tiered_engines(
-    draw: st.DrawFn, kinds: Sequence[str], max_tokens: int, block_sizes: Sequence[int]
-) -> Program:
-    """An engine as :func:`engines` draws it, most of the time with one or two external
-    stores (docs/design.md §1.7) the pool spills to and restores from: each holds some
-    of the engine's kinds and has a few slots."""
-    program = draw(engines(kinds, max_tokens, block_sizes))
+def stores(draw: st.DrawFn, program: Program) -> tuple[Store, ...]:
+    """None to two external stores (docs/design.md §1.7) the pool spills to and
+    restores from: each holds some of the engine's kinds and has a few slots."""
     present = sorted({g.kind for g in program.groups})
-    stores = []
+    out = []
     for name in TIER_NAMES[: draw(st.integers(0, 2))]:
         holds = draw(st.sets(st.sampled_from(present), min_size=1))
-        stores.append(Store(name, frozenset(holds), draw(st.integers(1, program.num_blocks))))
-    return replace(program, tiers=tuple(stores))
+        out.append(Store(name, frozenset(holds), draw(st.integers(1, program.num_blocks))))
+    return tuple(out)
 
 
 ENGINE_DRAWERS = {
     QueryShape.ANY: engines,
     QueryShape.SGLANG: one_tree_engines,
-    QueryShape.TIERED: tiered_engines,
+    QueryShape.TIERED: engines,
     QueryShape.SGLANG_HICACHE: one_tree_engines,
 }
 """The engine configurations a campaign draws, by ``--shape``: ``any`` (every kind,
-mixed block sizes), ``sglang`` (what SGLang's one radix tree holds) or ``tiered``
-(``any`` with external stores)."""
+mixed block sizes; stores when the engine takes tiers) or ``sglang`` (what SGLang's
+one radix tree holds); ``tiered`` is drawn as ``any``."""
+
+
+def asked(program: Program, num_tokens: int) -> Query:
+    """The program's engine configuration as the query a capability rule reads, for a
+    request of ``num_tokens`` tokens (:meth:`~kvhit.contract.EngineConfig.as_query`)."""
+    kept = tuple(EngineStore(s.name, s.holds, s.num_blocks) for s in program.tiers)
+    config = EngineConfig(
+        program.groups, program.num_blocks, program.alignment, program.hash_unit, kept
+    )
+    return config.as_query(num_tokens)
 
 
 def tokens(min_size: int, max_size: int) -> st.SearchStrategy[tuple[int, ...]]:
@@ -221,9 +234,12 @@ class Stop(BaseException):
 class ProgramPlan:
     """How a campaign draws its programs and what it does with a disagreement.
 
-    ``steps`` is the most operations per program; prompts have at most ``max_tokens``
-    tokens; engines are drawn of ``shape`` from groups of ``kinds`` and
-    ``block_sizes``. The same ``seed`` gives the same programs. Shrinking a
+    ``steps`` is the most operations per program. Prompts have at most ``max_tokens``
+    tokens in one program of :data:`LONG_SHARE` and at most ``short_tokens`` in the
+    others (:meth:`prompt_limits`), so that a bug deep in a prefix is reached while
+    most programs keep a pool small enough to evict all the time. Engines are drawn of
+    ``shape`` from groups of ``kinds`` and ``block_sizes``, of what the target's
+    capabilities declare (:func:`kvhit.harness.random_cases.palette`). The same ``seed`` gives the same programs. Shrinking a
     disagreement stops after ``shrink_seconds``; the shrunk program is saved to
     ``out_dir`` (None: nowhere).
     """
@@ -231,12 +247,29 @@ class ProgramPlan:
     kinds: Sequence[str] = CHOICES
     shape: QueryShape = QueryShape.ANY
     block_sizes: Sequence[int] = (1, 2, 4)
-    max_tokens: int = 16
+    max_tokens: int = 64
+    short_tokens: int = 16
     steps: int = 20
     seed: int = 0
     stop_at_first: bool = True
     shrink_seconds: float = 30.0
     out_dir: Path | None = None
+
+    def prompt_limits(self) -> tuple[int, ...]:
+        """The most tokens of a program's prompts, drawn once per program from these
+        (shrinking towards the first, the short one).
+
+        >>> ProgramPlan().prompt_limits(), ProgramPlan(max_tokens=8).prompt_limits()
+        ((16, 16, 16, 64), (8,))
+        """
+        short = min(self.short_tokens, self.max_tokens)
+        if short == self.max_tokens:
+            return (short,)
+        return (short,) * (LONG_SHARE - 1) + (self.max_tokens,)
+
+
+LONG_SHARE = 4
+"""One program in this many has long prompts (up to the plan's ``max_tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -285,6 +318,21 @@ class ProgramCampaign:
     on_progress: OnProgress = lambda tally: None
     hunt: Hunt | None = None  # None while generating
     stopped: bool = False  # Stop was raised in this batch
+    redrawn: Counter[str] = field(default_factory=Counter)
+    """Engine configurations the target's capability rules refused, by reason."""
+
+    @cached_property
+    def palette(self) -> Palette:
+        """What is drawn for this target: its capabilities, narrowed by the plan's kinds."""
+        return palette(self.runner.capabilities, self.plan.kinds)
+
+    def refused(self, program: Program, num_tokens: int) -> bool:
+        """Whether the target's rules refuse ``program``'s configuration for prompts of
+        ``num_tokens`` tokens (counted in :attr:`redrawn`)."""
+        why = self.palette.refusal(asked(program, num_tokens))
+        if why is not None:
+            self.redrawn[why] += 1
+        return why is not None
 
     def stop(self) -> None:
         """Stop this batch's Hypothesis run (see :class:`Stop`)."""
@@ -431,6 +479,7 @@ class ProgramMachine(RuleBasedStateMachine):
         super().__init__()
         self.run: ProgramRun | None = None
         self.prompts: list[tuple[int, ...]] = []
+        self.max_tokens = 0
 
     @initialize(data=st.data())
     def create(self, data: st.DataObject) -> None:
@@ -438,8 +487,10 @@ class ProgramMachine(RuleBasedStateMachine):
         c, plan = self.campaign, self.campaign.plan
         if c.hunt is None and c.spent():
             c.stop()
-        drawn = ENGINE_DRAWERS[plan.shape](plan.kinds, plan.max_tokens, plan.block_sizes)
+        self.max_tokens = data.draw(st.sampled_from(plan.prompt_limits()), label="prompt tokens")
+        drawn = ENGINE_DRAWERS[plan.shape](c.palette, self.max_tokens, plan.block_sizes)
         program = data.draw(drawn, label="engine")
+        assume(not c.refused(program, self.max_tokens))
         self.run = ProgramRun(c.runner, program)
         started = self.run.start()
         c.started()
@@ -451,7 +502,7 @@ class ProgramMachine(RuleBasedStateMachine):
     def admit(self, data: st.DataObject) -> None:
         """Admit a prompt."""
         assert self.run is not None
-        tokens = data.draw(prompts(self.prompts, self.campaign.plan.max_tokens), label="tokens")
+        tokens = data.draw(prompts(self.prompts, self.max_tokens), label="tokens")
         self.prompts.append(tokens)
         op = Admit(len(self.prompts) - 1, tokens)
         self.campaign.observe(self.run, self.run.run(op))
