@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
-from kvhit.contract import BASE, Capabilities
+from kvhit.contract import BASE, Capabilities, capabilities_of
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.checker import Case, CaseChecker, Phase
 from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
@@ -103,5 +103,5 @@ def run_gate(
 ) -> Tally:
     """The gate with its defaults on ``checker``, random queries of ``shape``, of what
     its target declares (its runner's capabilities); its tally."""
-    capabilities = checker.runner.capabilities
+    capabilities = capabilities_of(checker.runner)
     return run_phases(checker, gate_phases(seconds, seed, shape=shape, capabilities=capabilities))

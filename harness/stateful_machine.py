@@ -53,7 +53,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvhit.contract import EngineConfig
+from kvhit.contract import EngineConfig, capabilities_of
 from kvhit.contract import Store as EngineStore
 from kvhit.harness.random_cases import (
     CHOICES,
@@ -324,7 +324,7 @@ class ProgramCampaign:
     @cached_property
     def palette(self) -> Palette:
         """What is drawn for this target: its capabilities, narrowed by the plan's kinds."""
-        return palette(self.runner.capabilities, self.plan.kinds)
+        return palette(capabilities_of(self.runner), self.plan.kinds)
 
     def refused(self, program: Program, num_tokens: int) -> bool:
         """Whether the target's rules refuse ``program``'s configuration for prompts of
