@@ -269,9 +269,9 @@ def unit_and_sizes(rng: random.Random, drawn: Palette, groups: int) -> tuple[int
     block sizes, the first a common size that most others share: without a unit from
     :data:`DRAWN_BLOCK_SIZES`, with unit h multiples of h, the common one 2h or 4h."""
     unit = rng.choice(DRAWN_UNITS) if drawn.hash_units and rng.random() < 0.25 else None
-    drawn = DRAWN_BLOCK_SIZES if unit is None else tuple(unit * m for m in (1, 2, 2, 4))
-    common = rng.choice(drawn[1:] if unit is not None else drawn)
-    others = [common if rng.random() < 0.7 else rng.choice(drawn) for _ in range(groups - 1)]
+    sizes = DRAWN_BLOCK_SIZES if unit is None else tuple(unit * m for m in (1, 2, 2, 4))
+    common = rng.choice(sizes[1:] if unit is not None else sizes)
+    others = [common if rng.random() < 0.7 else rng.choice(sizes) for _ in range(groups - 1)]
     return unit, [common, *others]
 
 
