@@ -1,4 +1,10 @@
-"""A fast seeded random generator of queries: the same seed gives the same queries.
+"""A fast seeded random generator of queries: the same seed and capabilities give the
+same queries.
+
+A target is drawn only what it declares (docs/design.md §5.2): its
+:class:`~kvhit.contract.Capabilities`, narrowed by a user's ``--kinds`` choices, make a
+:class:`Palette` (kinds, drafters, window conventions, hash units, tiers), and a query
+its capability rules refuse is drawn again, counted by the rule's reason.
 
 Windows, chunks, M and the cache density are drawn near the values where hits
 change: windows and chunks around multiples of the block size, M around multiples
@@ -6,7 +12,8 @@ of the alignment, and rows that are mostly cached with a few holes. About 30% of
 windows are exclusive (SGLang's convention), the rest inclusive; about 30% of the
 groups carry a drafter (any behaviour their kind can have, :data:`DRAFTERS`), and
 about a quarter of the queries have a hash unit h finer than their blocks, with
-some blocks partially filled (:class:`kvhit.model.spec.Upto`).
+some blocks partially filled (:class:`kvhit.model.spec.Upto`); for a target that
+takes tiers, four queries in five have external tiers (:func:`random_tiers`).
 
     >>> a = [q.to_json() for q in random_queries(seed=3, count=5)]
     >>> b = [q.to_json() for q in random_queries(seed=3, count=5)]
