@@ -56,8 +56,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvhit.contract import EngineConfig, capabilities_of
-from kvhit.contract import Store as EngineStore
+from kvhit.contract import Store, capabilities_of
 from kvhit.harness.random_cases import (
     CHOICES,
     TIER_NAMES,
@@ -77,7 +76,7 @@ from kvhit.harness.strategies import COIN, HASH_UNITS, group_configs
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind, Query
 from kvhit.targets.runner import Runner
-from kvhit.targets.stateful import Admit, Finish, Program, Store
+from kvhit.targets.stateful import Admit, Finish, Program
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 PROGRAMS_PER_RUN = 25  # programs per Hypothesis run
@@ -167,11 +166,7 @@ one radix tree holds); ``tiered`` is drawn as ``any``."""
 def asked(program: Program, num_tokens: int) -> Query:
     """The program's engine configuration as the query a capability rule reads, for a
     request of ``num_tokens`` tokens (:meth:`~kvhit.contract.EngineConfig.as_query`)."""
-    kept = tuple(EngineStore(s.name, s.holds, s.num_blocks) for s in program.tiers)
-    config = EngineConfig(
-        program.groups, program.num_blocks, program.alignment, program.hash_unit, kept
-    )
-    return config.as_query(num_tokens)
+    return program.config().as_query(num_tokens)
 
 
 def tokens(min_size: int, max_size: int) -> st.SearchStrategy[tuple[int, ...]]:
