@@ -119,19 +119,22 @@ def test_the_gate_catches_a_block_handed_away_while_its_request_runs(tmp_path: P
     assert code == 1 and again is not None and again["reason"] == found["reason"]
 
 
-# --- item 11: long prompts that differ early -----------------------------------------
+# --- item 11: long prompts that differ early (by default since issue 41) -----------------------------------------
 
 
-def test_keys_of_the_last_16_blocks_only_need_long_prompts_to_be_caught() -> None:
+def test_keys_of_the_last_16_blocks_only_are_caught_by_default_within_60_programs() -> None:
     # up to 16 tokens, 16 blocks of context are the whole prefix: nothing to catch
+    only_short = ProgramPlan(max_tokens=16)
     short = run_programs(
-        open_stateful(SHORT_KEYS), TargetRecord(SHORT_KEYS), ProgramPlan(), programs=60
+        open_stateful(SHORT_KEYS), TargetRecord(SHORT_KEYS), only_short, programs=60
     )
     assert not short.found and short.counts["ok"] > 100
-    plan = ProgramPlan(max_tokens=64, shrink_seconds=10)
+    # the default plan gives one program in four prompts of up to 64 tokens
+    plan = ProgramPlan(shrink_seconds=10)
     long = run_programs(open_stateful(SHORT_KEYS), TargetRecord(SHORT_KEYS), plan, programs=60)
     (found,) = long.found
     assert found.cls == "unsafe" and "stale block" in found.reason
+    assert long.found_at[0][1] < 60
     assert run_program(open_stateful("impl"), found.program)[-1].outcome.cls in ("ok", "rejected")
 
 

@@ -14,7 +14,7 @@ from test_harness_cli import HERE, kvhit
 
 from kvhit.contract import Admitted, Direction, EngineConfig, Rejected, Snapshot, TierMove
 from kvhit.harness.ledger import Ledger
-from kvhit.harness.random_cases import CHOICES, Choice
+from kvhit.harness.random_cases import CHOICES, Choice, palette
 from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, engines, run_programs
@@ -459,7 +459,7 @@ def drawn_programs(kinds: Any, count: int = 150) -> list[Program]:
     @settings(
         max_examples=count, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
     )
-    @given(engines(kinds, 16, (1, 2, 4)))
+    @given(engines(palette(picked=kinds), 16, (1, 2, 4)))
     def collect(p: Program) -> None:
         out.append(p)
 

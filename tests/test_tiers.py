@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from kvhit.cli.main import main
-from kvhit.contract import QueryTarget
+from kvhit.contract import Capabilities, QueryTarget
 from kvhit.errors import Unsupported
-from kvhit.harness.random_cases import random_queries, tiered_query
+from kvhit.harness.random_cases import palette, random_queries, random_query
 from kvhit.harness.stateful import run_program
 from kvhit.model.algorithms import (
     WRONG_TIER_COMBINATIONS,
@@ -33,6 +33,9 @@ FULL_MAMBA = {
     "cached": ["1000", "0001"],
     "max_length": 8,
 }
+
+TIERS = Capabilities(tiers=True)
+"""A target that takes tiers: its random queries hold them four times in five."""
 
 
 def tiered(*tiers):
@@ -91,12 +94,12 @@ def test_two_tiers_with_one_name_are_refused():
 
 
 def test_tiered_queries_round_trip_through_json():
-    for q in random_queries(3, 300, shape="tiered"):
+    for q in random_queries(3, 300, capabilities=TIERS):
         assert parse_query(json.loads(json.dumps(q.to_json()))) == q
 
 
 def test_the_fixed_point_is_the_longest_valid_hit_on_tiered_queries():
-    drawn = [q for q in random_queries(5, 1500, shape="tiered") if q.tiers]
+    drawn = [q for q in random_queries(5, 1500, capabilities=TIERS) if q.tiers]
     assert len(drawn) > 1000
     for q in drawn:
         assert fixed_point(q) == brute_force(q) == fixed_point_answer(q).length
@@ -106,7 +109,7 @@ def test_each_wrong_combination_is_only_ever_too_long_and_sometimes_is():
     too_long = dict.fromkeys(WRONG_TIER_COMBINATIONS, 0)
     rng = random.Random(7)
     for _ in range(2000):
-        q = tiered_query(rng)
+        q = random_query(rng, drawn=palette(TIERS))
         best = brute_force(q)
         for name, wrong in WRONG_TIER_COMBINATIONS.items():
             got = wrong(q)
@@ -273,7 +276,7 @@ def test_the_stateful_impl_passes_a_campaign_of_engines_with_stores(tmp_path):
 
 
 def test_the_reference_answers_each_wrong_combination_as_the_model_does():
-    for q in random_queries(9, 1500, shape="tiered"):
+    for q in random_queries(9, 1500, capabilities=TIERS):
         model = {name: wrong(q) for name, wrong in WRONG_TIER_COMBINATIONS.items()}
         assert wrong_tier_answers(q) == model, q
 
