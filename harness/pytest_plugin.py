@@ -36,7 +36,7 @@ def gate_or_fail(
     timeout: float = CALL_TIMEOUT,
 ) -> Tally:
     """Gate ``target``; ``pytest.fail`` with the drawn counterexample if it disagrees."""
-    # Imported here: the gate's sources load torch and z3, which a suite that never
+    # Imported here: the gate's sources load torch (never z3), which a suite that never
     # asks for the fixture should not pay for at start-up.
     from kvhit.harness.gate import run_gate
 
