@@ -40,11 +40,12 @@ from typing import IO, Any
 
 import click
 
-from kvhit.cli.options import timeout_option, vllm_eagle_option
+from kvhit.cli.options import option_option, parse_options, timeout_option
 from kvhit.engines.vllm.divergences import CONNECTOR_CLASSES, in_release
-from kvhit.engines.vllm.release import VLLM_TARGETS, EaglePath, target_label
-from kvhit.errors import BadInput
+from kvhit.engines.vllm.release import VLLM_TARGETS
+from kvhit.errors import BadInput, TargetError
 from kvhit.harness.compare import CLASSES, ReplyClass
+from kvhit.targets.spec import TargetSpec
 
 COLUMNS = ("ok", *CLASSES, "unsupported")
 DEFAULT_CASES = 20_000
@@ -75,13 +76,18 @@ class Settings:
     timeout: float = 10.0
     jobs: int = 1
     target: str = "vllm"
-    eagle: EaglePath = EaglePath.DEFAULT
+    options: tuple[tuple[str, str], ...] = ()
     fail_on: FailOn = FailOn.NEW
+
+    @property
+    def spec(self) -> TargetSpec:
+        """The target every release's gate runs."""
+        return TargetSpec(self.target, options=self.options)
 
     @property
     def label(self) -> str:
         """The target as reports name it (``vllm[eagle=drop]`` on the drop path)."""
-        return target_label(self.target, self.eagle)
+        return self.spec.label
 
 
 @dataclass
@@ -156,9 +162,9 @@ def gate_command(release: str, out: Path, settings: Settings) -> list[str]:
         "--timeout": str(settings.timeout),
         "--jobs": str(settings.jobs),
         "--out": str(out),
-        "--vllm-eagle": str(settings.eagle),
     }
     flat = [word for pair in options.items() for word in pair]
+    flat += [word for key, value in settings.options for word in ("--option", f"{key}={value}")]
     return [sys.executable, "-c", CHILD, release, "gate", "--keep-going", "--json", *flat]
 
 
@@ -398,7 +404,7 @@ def spans_text(rows: list[Row]) -> str:
     help="vllm-undocumented answers the states of the documented divergences of each "
     "release as unsupported, so what is left is new.",
 )
-@vllm_eagle_option()
+@option_option()
 @click.option(
     "--parallel",
     type=click.IntRange(min=1),
@@ -424,7 +430,7 @@ def matrix(
     jobs: int,
     out: str,
     target: str,
-    vllm_eagle: str,
+    options: tuple[str, ...],
     parallel: int,
     fail_on: str,
     as_json: bool,
@@ -439,9 +445,15 @@ def matrix(
     gated; else 0."""
     root = Path(releases_dir) if releases_dir else Path(sys.prefix) / "vllm"
     folders = [(r, release_folder(root, r)) for r in parse_releases(releases)]
-    settings = Settings(cases, seed, timeout, jobs, target, EaglePath(vllm_eagle), FailOn(fail_on))
+    try:
+        settings = Settings(
+            cases, seed, timeout, jobs, target, parse_options(options), FailOn(fail_on)
+        )
+        click.echo(f"{settings.spec.label}: ", nl=False, err=True)  # options checked here
+    except TargetError as err:
+        raise BadInput(str(err)) from None
     at_once = min(parallel, len(folders))
-    click.echo(f"{settings.label}: {len(folders)} releases, {at_once} at once", err=True)
+    click.echo(f"{len(folders)} releases, {at_once} at once", err=True)
     ended = iter(range(1, len(folders) + 1))
 
     def show(row: Row) -> None:
@@ -481,6 +493,5 @@ def report(
     if any(r.files for r in rows):
         click.echo(
             f"counterexamples in {out}/RELEASE; replay one with: "
-            f"PYTHONPATH={root}/RELEASE kvhit replay FILE --target {settings.target} "
-            f"--vllm-eagle {settings.eagle}"
+            f"PYTHONPATH={root}/RELEASE kvhit replay FILE {settings.spec.replay_flag}"
         )

@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from kvhit.engines.vllm.release import VLLM_TARGETS, EaglePath, target_label
 from kvhit.errors import BadInput, TargetError
 from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
@@ -40,35 +39,56 @@ def timeout_option(default: float = CALL_TIMEOUT) -> Decorator:
     )
 
 
-def vllm_eagle_option() -> Decorator:
-    """``--vllm-eagle``: the drafters' path for a vllm target (named in every report)."""
+def parse_options(given: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--option NAME=VALUE`` values as (name, value) pairs; BadInput for one without
+    ``=`` or a name given twice.
+
+    >>> parse_options(("eagle=drop",))
+    (('eagle', 'drop'),)
+    >>> parse_options(("eagle",))
+    Traceback (most recent call last):
+    ...
+    kvhit.errors.BadInput: --option takes NAME=VALUE, got 'eagle'
+    """
+    pairs: dict[str, str] = {}
+    for item in given:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise BadInput(f"--option takes NAME=VALUE, got {item!r}")
+        if name in pairs:
+            raise BadInput(f"--option {name} is given twice")
+        pairs[name] = value
+    return tuple(pairs.items())
+
+
+def option_option() -> Decorator:
+    """``--option NAME=VALUE``: an option the built-in target declares (named in every
+    report), as ``options``."""
     return click.option(
-        "--vllm-eagle",
-        type=click.Choice([str(p) for p in EaglePath]),
-        default=str(EaglePath.DEFAULT),
-        show_default=True,
-        help="vllm targets: run drafters as vLLM does on the release's defaults, or give "
-        "lookahead drafters the eagle drop (vLLM's disable_lookahead_block_hashes); the "
-        "target is then named vllm[eagle=drop].",
+        "--option",
+        "options",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="An option of a built-in target, repeatable (vllm: eagle=default|drop; "
+        "vllm-connector: divergent=auto|on|off); the target is then named vllm[eagle=drop].",
     )
 
 
-def recorded_target(label: str, eagle: EaglePath) -> tuple[str | None, str | None, EaglePath]:
-    """The --target, --target-cmd and eagle path that a report's target ``label``
-    (:attr:`TargetSpec.label`) names; ``eagle`` unless the label names one.
+def recorded_target(label: str) -> tuple[str | None, str | None, tuple[tuple[str, str], ...]]:
+    """The --target, --target-cmd and options that a report's target ``label``
+    (:attr:`TargetSpec.label`) names.
 
-    >>> recorded_target("vllm[eagle=drop]", EaglePath.DEFAULT)
-    ('vllm', None, <EaglePath.DROP: 'drop'>)
-    >>> recorded_target("cmd:./engine --fast", EaglePath.DEFAULT)[1]
+    >>> recorded_target("vllm[eagle=drop]")
+    ('vllm', None, (('eagle', 'drop'),))
+    >>> recorded_target("cmd:./engine --fast")[1]
     './engine --fast'
     """
     if label.startswith(COMMAND_LABEL):
-        return None, label.removeprefix(COMMAND_LABEL), eagle
-    for name in VLLM_TARGETS:
-        for path in EaglePath:
-            if label == target_label(name, path):
-                return name, None, path
-    return label, None, eagle
+        return None, label.removeprefix(COMMAND_LABEL), ()
+    name, bracket, given = label.partition("[")
+    if not bracket or not given.endswith("]") or ":" in name:
+        return label, None, ()
+    return name, None, parse_options(tuple(given[:-1].split(",")))
 
 
 @dataclass(frozen=True)
@@ -80,7 +100,7 @@ class TargetChoice:
     command: str | None
     timeout: float
     isolate: bool
-    vllm_eagle: EaglePath
+    options: tuple[tuple[str, str], ...]
     load_timeout: float
 
     @property
@@ -91,17 +111,17 @@ class TargetChoice:
     def spec(self, recorded: str | None = None) -> TargetSpec:
         """The target given or, when none was, the one whose label a saved file
         ``recorded``; BadInput if the options do not name one target."""
-        name, command, eagle = self.name, self.command, self.vllm_eagle
+        name, command, options = self.name, self.command, self.options
         if not self.given and recorded is not None:
-            name, command, eagle = recorded_target(recorded, eagle)
+            name, command, options = recorded_target(recorded)
         try:
-            return TargetSpec(name, command, self.timeout, self.isolate, eagle, self.load_timeout)
+            return TargetSpec(name, command, self.timeout, self.isolate, options, self.load_timeout)
         except TargetError as err:
             raise BadInput(str(err)) from None
 
 
 def target_choice_options(func: Command) -> Command:
-    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate``, ``--vllm-eagle`` and
+    """``--target``, ``--target-cmd``, ``--timeout``, ``--isolate``, ``--option`` and
     ``--load-timeout``, given to ``func`` as one ``target`` (:class:`TargetChoice`),
     which may name none."""
 
@@ -111,12 +131,12 @@ def target_choice_options(func: Command) -> Command:
         target_cmd: str | None,
         timeout: float,
         isolate: bool,
-        vllm_eagle: str,
+        options: tuple[str, ...],
         load_timeout: float,
         **kwargs: Any,
     ) -> Any:
-        eagle = EaglePath(vllm_eagle)
-        choice = TargetChoice(target, target_cmd, timeout, isolate, eagle, load_timeout)
+        pairs = parse_options(options)
+        choice = TargetChoice(target, target_cmd, timeout, isolate, pairs, load_timeout)
         return func(target=choice, **kwargs)
 
     options: list[Decorator] = [
@@ -129,7 +149,7 @@ def target_choice_options(func: Command) -> Command:
             help="Run a --target in a worker process, so a target that crashes the "
             "interpreter (native code, os._exit) is a crash, not the end of the run.",
         ),
-        vllm_eagle_option(),
+        option_option(),
         click.option(
             "--load-timeout",
             type=click.FloatRange(min=0, min_open=True),

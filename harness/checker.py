@@ -25,7 +25,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from kvhit.harness.compare import Outcome, judge_reply, unanswered
+from kvhit.harness.compare import Outcome, ReplyClass, judge_reply, unanswered
 from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
 from kvhit.harness.tally import Tally
@@ -98,6 +98,8 @@ class CaseChecker:
         tally.cases += 1
         tally.counts[outcome.cls] += 1
         tally.by_phase[self.phase] += 1
+        if outcome.cls == ReplyClass.UNSUPPORTED:
+            tally.refused[outcome.reason] += 1
         if outcome.disagrees and tally.found_new(outcome.cls):
             tally.found_at.append(self.position)
             self.report(

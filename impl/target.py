@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from kvhit.contract import Capabilities, QueryTarget
 from kvhit.impl.coordinator import Coordinator
 from kvhit.model.spec import Query, fine_query, local_query, tier_rows
-from kvhit.targets.wire import QueryTarget
 
 
 def impl_answer(q: Query) -> dict[str, Any]:
@@ -44,5 +44,5 @@ def impl_answer(q: Query) -> dict[str, Any]:
     return {"length": hit.length, "blocks": hit.indices()}
 
 
-impl_target = QueryTarget(impl_answer, tiers=True)
+impl_target = QueryTarget(impl_answer, Capabilities(tiers=True))
 """The ``impl`` target."""

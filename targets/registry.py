@@ -1,16 +1,23 @@
 """Built-in targets: implementations the harness can check against the model, in one table.
 
-A built-in has a *lookup* (a callable that takes a normalized protocol query, as
-:meth:`kvhit.model.spec.Query.to_json` makes it, and returns
-``{"length": L, "blocks": [[j, ...] per group]}``), a *stateful* engine factory
-(:mod:`kvhit.targets.stateful`), or both; the shape of states ``kvhit fuzz`` and
-``gate`` draw for it; and how to install it when it is missing.
+A built-in has a *lookup* (a :class:`kvhit.contract.LookupTarget`: what it can be
+asked, its :class:`~kvhit.contract.Capabilities`, and its answer to a query, ``{"length":
+L, "blocks": [[j, ...] per group]}``), a *stateful* engine factory
+(:data:`kvhit.contract.EngineFactory`), or both; the options it takes
+(:class:`~kvhit.contract.Option`: a built-in with options names factories, called with
+every option's value); the shape of the rows ``kvhit fuzz`` and ``gate`` draw for it
+where its capabilities cannot say it; and how to install it when it is missing.
 
-    >>> answer = get("model")({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
-    ...                        "cached": [[True, False]], "max_length": 2,
-    ...                        "num_tokens": 3, "alignment": 1})
-    >>> answer
+    >>> from kvhit.model.protocol import parse_query
+    >>> get("model").ask(parse_query({"groups": [{"kind": "full", "block_size": 1}],
+    ...                               "cached": [[True, False]], "max_length": 2}))
     {'length': 1, 'blocks': [[0]]}
+    >>> resolved_options("vllm", {"eagle": "drop"})
+    {'eagle': 'drop'}
+    >>> resolved_options("model", {"eagle": "drop"})
+    Traceback (most recent call last):
+    ...
+    kvhit.errors.TargetError: target 'model' takes no options
     >>> load("model", Mode.STATEFUL)
     Traceback (most recent call last):
     ...
@@ -23,19 +30,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePath
 from typing import Any
 
+from kvhit.contract import Capabilities, LookupTarget, Option, QueryTarget, lookup_target
 from kvhit.errors import TargetError, UndrivableTarget, described
 from kvhit.importing import import_attr
 from kvhit.model.spec import Query
 from kvhit.reference import fixed_point_answer, min_of_groups_answer
-from kvhit.targets.wire import QueryTarget
-
-Target = Callable[[dict[str, Any]], Any]
 
 
 def model_answer(q: Query) -> dict[str, Any]:
@@ -48,8 +53,8 @@ def seed_min_answer(q: Query) -> dict[str, Any]:
     return min_of_groups_answer(q).to_json()
 
 
-model_target = QueryTarget(model_answer, tiers=True)
-seed_min_target = QueryTarget(seed_min_answer, tiers=True)
+model_target = QueryTarget(model_answer, Capabilities(tiers=True))
+seed_min_target = QueryTarget(seed_min_answer, Capabilities(tiers=True))
 
 
 class Mode(StrEnum):
@@ -68,13 +73,15 @@ class BuiltIn:
     (:class:`kvhit.harness.random_cases.QueryShape`, the same for both modes), what to
     say when it cannot be imported, and what its lookup would otherwise import in its
     first call (``preload``, a ``module:attr`` imported with it, so that loading, not
-    the first query, pays for it)."""
+    the first query, pays for it). With ``options``, its entries name factories, each
+    called with every option's value (:func:`resolved_options`)."""
 
     lookup: str | None = None
     stateful: str | None = None
     shape: str = "any"
     hint: str = ""
     preload: str | None = None
+    options: tuple[Option, ...] = ()
 
     def entry(self, mode: Mode) -> str | None:
         """Its ``module:attr`` in ``mode``."""
@@ -83,6 +90,18 @@ class BuiltIn:
 
 VLLM_HINT = (
     "vLLM is not installed here; install it with scripts/install-vllm.sh (see docs/engines/vllm.md)"
+)
+EAGLE_OPTION = Option(
+    "eagle",
+    ("default", "drop"),
+    "how vLLM runs a query's drafters: `default` as the query states them; `drop` the "
+    "eagle drop on every release, a lookahead drafter refused (docs/engines/vllm.md)",
+)
+DIVERGENT_OPTION = Option(
+    "divergent",
+    ("auto", "on", "off"),
+    "what kvhit's KV connector says to supports_divergent_local_hybrid_hits: `auto` "
+    "claims it when a tier holds the Mamba kind",
 )
 SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sglang.sh (see docs/engines/sglang.md)"
 
@@ -93,20 +112,23 @@ BUILTINS: dict[str, BuiltIn] = {
         "kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl", shape="tiered"
     ),
     "vllm": BuiltIn(
-        "kvhit.engines.vllm.target:vllm_target",
-        "kvhit.engines.vllm.manager:VllmManagerEngine",
+        "kvhit.engines.vllm.target:vllm_lookup",
+        "kvhit.engines.vllm.manager:vllm_manager_engine",
         hint=VLLM_HINT,
+        options=(EAGLE_OPTION,),
     ),
     "vllm-undocumented": BuiltIn(
         "kvhit.engines.vllm.divergences:vllm_outside_divergences",
         hint=VLLM_HINT,
-        preload="kvhit.engines.vllm.target:vllm_target",
+        preload="kvhit.engines.vllm.target:vllm_lookup",
+        options=(EAGLE_OPTION,),
     ),
     "vllm-connector": BuiltIn(
-        "kvhit.engines.vllm.tiered:vllm_connector_target",
-        "kvhit.engines.vllm.offload:VllmOffloadEngine",
+        "kvhit.engines.vllm.tiered:vllm_connector_lookup",
+        "kvhit.engines.vllm.offload:vllm_offload_engine",
         shape="tiered",
         hint=VLLM_HINT,
+        options=(DIVERGENT_OPTION,),
     ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",
@@ -148,11 +170,33 @@ def entry_of(name: str, mode: Mode) -> str:
     return entry
 
 
-def load(name: str, mode: Mode = Mode.LOOKUP) -> Target:
-    """Target ``name`` in ``mode``: a built-in (with what it preloads), or
-    ``module:attr`` imported with the current directory on the path;
+def resolved_options(name: str, given: Mapping[str, str]) -> dict[str, str]:
+    """Every option target ``name`` declares, with the value ``given`` or its default;
+    :class:`TargetError` for an option it does not declare or a value it does not take."""
+    declared = {o.name: o for o in BUILTINS[name].options} if name in BUILTINS else {}
+    for key, value in given.items():
+        if not declared:
+            raise TargetError(f"target {name!r} takes no options")
+        if key not in declared:
+            raise TargetError(
+                f"target {name!r} has no option {key!r}; its options: {', '.join(declared)}"
+            )
+        if value not in declared[key].values:
+            raise TargetError(
+                f"target {name!r}: option {key} takes {', '.join(declared[key].values)}, "
+                f"not {value!r}"
+            )
+    return {key: given.get(key, option.default) for key, option in declared.items()}
+
+
+def load(name: str, mode: Mode = Mode.LOOKUP, options: Mapping[str, str] | None = None) -> Any:
+    """Target ``name`` in ``mode`` with ``options``: a built-in (with what it preloads;
+    one that declares options is made by its factory with every option's value), or
+    ``module:attr`` imported with the current directory on the path. A lookup comes back
+    as a :class:`~kvhit.contract.LookupTarget`, a stateful target as its factory.
     :class:`TargetError` if it cannot be loaded, naming the exception and where it was
     raised, and ending with the built-in's install hint."""
+    values = resolved_options(name, options or {})
     entry = entry_of(name, mode)
     if ":" in name and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -164,7 +208,9 @@ def load(name: str, mode: Mode = Mode.LOOKUP) -> Target:
     if not callable(func):
         module_name, _, attr = entry.partition(":")
         raise TargetError(f"target {name!r}: {module_name} has no callable {attr!r}")
-    return func
+    if values:
+        func = func(values)
+    return lookup_target(func) if mode == Mode.LOOKUP else func
 
 
 def imported(name: str, entry: str, hint: str) -> Any:
@@ -202,8 +248,8 @@ def as_module(module_name: str, attr: str) -> str:
     return f"; name the module, not its file: --target {'.'.join(parts)}:{attr}"
 
 
-def get(name: str) -> Target:
+def get(name: str, options: Mapping[str, str] | None = None) -> LookupTarget:
     """The lookup of the built-in target called ``name`` (see :data:`BUILTINS`)."""
     if ":" in name:
         raise TargetError(f"unknown target {name!r}; expected a built-in name")
-    return load(name)
+    return load(name, Mode.LOOKUP, options)

@@ -25,6 +25,8 @@ kept aside (:class:`TargetOutput`) and the end of it goes into a crash's detail.
     >>> runner({"groups": [{"kind": "full", "block_size": 1, "eagle": False}],
     ...         "cached": [[True]], "max_length": 1, "num_tokens": 2, "alignment": 1})
     Reply(status='answer', value={'length': 1, 'blocks': [[0]]}, detail='')
+    >>> runner.capabilities.tiers
+    True
 """
 
 from __future__ import annotations
@@ -41,16 +43,27 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
+from kvhit.contract import BASE, Capabilities, LookupTarget, capabilities_of, lookup_target
 from kvhit.errors import TargetError, Unsupported, described, raised_at
+from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 from kvhit.targets import registry
-from kvhit.targets.registry import Mode, Target
-from kvhit.targets.wire import QueryTarget
+from kvhit.targets.registry import Mode
+from kvhit.targets.stateful import EngineHost, Message
+from kvhit.targets.wire import BadReturn
+
+Target = LookupTarget | Callable[[dict[str, Any]], Any] | EngineHost
+"""What a runner in this process calls: a lookup target, or a host of stateful
+messages (:class:`kvhit.targets.stateful.EngineHost`)."""
+
+Sent = dict[str, Any] | Query | Message
+"""What a runner is handed: a protocol message, a parsed query, or a typed stateful
+message (:data:`kvhit.targets.stateful.Message`)."""
 
 CALL_TIMEOUT = 10.0
 LOAD_TIMEOUT = 120.0  # importing a target, or starting its worker or program
@@ -222,7 +235,7 @@ def counted(n: int, thing: str) -> str:
     return f"{n:,} {thing}{'' if n == 1 else 's'}"
 
 
-def crash_detail(err: Exception, message: dict[str, Any] | Query) -> str:
+def crash_detail(err: Exception, message: Sent) -> str:
     """What a target's exception says: its type, message and where it was raised; for
     a MemoryError (whose message is often empty) also the line that was running and
     the size of what the target was given."""
@@ -231,15 +244,13 @@ def crash_detail(err: Exception, message: dict[str, Any] | Query) -> str:
     traceback.clear_frames(err.__traceback__)  # free what the target allocated
     frame = raised_at(err)
     running = f" running `{frame.line}`" if frame is not None and frame.line else ""
-    as_json = message.to_json() if isinstance(message, Query) else message
+    as_json = message if isinstance(message, dict) else message.to_json()
     return f"{described(err)}: out of memory{running} on {size_of(as_json)}"
 
 
-def call_target(func: Target, message: dict[str, Any] | Query, limit: float | None = None) -> Reply:
+def call_target(func: Target, message: Sent, limit: float | None = None) -> Reply:
     """Call a Python target on one message within ``limit`` seconds (None: no limit),
-    its stdout kept aside: its answer, or why there is none. A parsed query goes to a
-    :class:`~kvhit.targets.registry.QueryTarget` as it is, to any other target in its
-    JSON form."""
+    its stdout kept aside: its answer, or why there is none."""
     with captured() as out:
         try:
             with time_limit(limit):
@@ -254,14 +265,17 @@ def call_target(func: Target, message: dict[str, Any] | Query, limit: float | No
     return Reply("answer", value)
 
 
-def answer_of(func: Target, message: dict[str, Any] | Query) -> Any:
-    """What ``func`` answers to ``message``, a parsed query handed over in the form the
-    target takes."""
-    if not isinstance(message, Query):
+def answer_of(func: Target, message: Sent) -> Any:
+    """What ``func`` answers to ``message``: a lookup target is asked the query (a
+    protocol message is parsed first, at the process boundary), a host of stateful
+    messages gets the typed message."""
+    if isinstance(func, LookupTarget):
+        return func.ask(message if isinstance(message, Query) else parse_query(message))
+    if isinstance(func, EngineHost):
+        assert not isinstance(message, dict | Query), "a stateful host takes typed messages"
         return func(message)
-    if isinstance(func, QueryTarget):
-        return func.ask(message)
-    return func(message.to_json())
+    assert isinstance(message, dict), "a function of protocol messages takes one"
+    return func(message)
 
 
 def load_overrun(name: str, limit: float, where: str = "") -> str:
@@ -272,9 +286,12 @@ def load_overrun(name: str, limit: float, where: str = "") -> str:
     )
 
 
-def load_within(name: str, mode: Mode, limit: float) -> tuple[Target, float]:
-    """Target ``name`` in ``mode`` loaded here (:func:`kvhit.targets.registry.load`)
-    within ``limit`` seconds, what it prints kept aside; it and the seconds loading took.
+def load_within(
+    name: str, mode: Mode, limit: float, options: Mapping[str, str] | None = None
+) -> tuple[Any, float]:
+    """Target ``name`` in ``mode`` with ``options`` loaded here
+    (:func:`kvhit.targets.registry.load`) within ``limit`` seconds, what it prints kept
+    aside; it and the seconds loading took.
 
     Raises :class:`~kvhit.errors.TargetError` if it cannot be loaded, or not in time.
     """
@@ -282,22 +299,27 @@ def load_within(name: str, mode: Mode, limit: float) -> tuple[Target, float]:
     with captured():
         try:
             with time_limit(limit):
-                func = registry.load(name, mode)
+                func = registry.load(name, mode, options)
         except CallTimeout:
             raise TargetError(load_overrun(name, limit)) from None
     return func, time.monotonic() - start
 
 
 class CallableRunner:
-    """Calls a Python target in this process; ``load_seconds`` is how long loading it
-    took (None when it was handed over loaded)."""
+    """Calls a Python target in this process (a lookup target, or a plain function of
+    protocol messages, taken as a :class:`~kvhit.contract.FunctionTarget`; or a host of
+    stateful messages); ``capabilities`` is what it declares; ``load_seconds`` is how
+    long loading it took (None when it was handed over loaded)."""
 
-    def __init__(self, func: Target, timeout: float, load_seconds: float | None = None):
-        self.func = func
+    def __init__(self, func: Any, timeout: float, load_seconds: float | None = None):
+        self.func: Target = (
+            func if isinstance(func, LookupTarget | EngineHost) else lookup_target(func)
+        )
+        self.capabilities: Capabilities = capabilities_of(self.func)
         self.timeout = timeout
         self.load_seconds = load_seconds
 
-    def __call__(self, query: dict[str, Any]) -> Reply:
+    def __call__(self, query: dict[str, Any] | Message) -> Reply:
         return call_target(self.func, query, self.timeout)
 
     def ask(self, q: Query) -> Reply:
@@ -328,6 +350,7 @@ class CommandRunner:
         self.timeout = timeout
         self.load_timeout = load_timeout
         self.load_seconds: float | None = None
+        self.capabilities: Capabilities = BASE
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending = b""
         self.stderr: Any = None
@@ -398,7 +421,9 @@ class CommandRunner:
         """The program's reply to a parsed lookup query, sent as JSON."""
         return self(q.to_json())
 
-    def __call__(self, query: dict[str, Any]) -> Reply:
+    def __call__(self, query: dict[str, Any] | Message) -> Reply:
+        """The program's reply to a protocol message, or to a stateful message (sent as
+        its JSON, the line read back as its typed answer: :meth:`decoded`)."""
         allowance = 0.0
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
@@ -406,7 +431,8 @@ class CommandRunner:
         proc = self.proc
         assert proc.stdin is not None
         try:
-            proc.stdin.write(json.dumps(query).encode() + b"\n")
+            sent = query if isinstance(query, dict) else query.to_json()
+            proc.stdin.write(json.dumps(sent).encode() + b"\n")
             proc.stdin.flush()
         except BrokenPipeError:
             return self.crashed("the program exited before reading the query")
@@ -430,7 +456,18 @@ class CommandRunner:
                 f"not JSON: {text[:80]!r} (stdout carries only answers; "
                 "print anything else to stderr)",
             )
-        return self.reply_for(value)
+        reply = self.reply_for(value)
+        if isinstance(query, dict) or reply.status != "answer":
+            return reply
+        return self.decoded(query, reply)
+
+    @staticmethod
+    def decoded(message: Message, reply: Reply) -> Reply:
+        """A stateful answer line as ``message``'s typed answer, or ``bad_return``."""
+        try:
+            return Reply("answer", message.decode(reply.value))
+        except BadReturn as err:
+            return Reply("bad_return", reply.value, str(err))
 
     def close(self, kill: bool = False) -> None:
         """Stop the program: end its input and wait a moment, then kill it (at once
@@ -465,7 +502,9 @@ def exit_text(code: int) -> str:
 class IsolatedRunner(CommandRunner):
     """Calls a Python target in a worker process (:mod:`kvhit.targets.worker`).
 
-    The worker loads the target, says it is ready, then answers one query per line
+    The worker loads the target, says it is ready with the data of its capabilities
+    (their rules stay in the worker, which answers what they refuse ``unsupported``),
+    then answers one query per line
     with ``{"answer": ...}``, ``{"unsupported": why}`` or ``{"crash": what}`` (the
     target raised). A worker that dies or hangs is a ``crash`` or ``timeout`` of that
     call and is started again for the next. The target is loaded at once, within
@@ -474,10 +513,15 @@ class IsolatedRunner(CommandRunner):
     counts the call alone.
     """
 
-    def __init__(self, name: str, timeout: float, load_timeout: float = LOAD_TIMEOUT):
-        super().__init__(
-            [sys.executable, "-m", "kvhit.targets.worker", name], timeout, load_timeout
-        )
+    def __init__(
+        self,
+        name: str,
+        timeout: float,
+        load_timeout: float = LOAD_TIMEOUT,
+        options: Mapping[str, str] | None = None,
+    ):
+        argv = [sys.executable, "-m", "kvhit.targets.worker", name, json.dumps(options or {})]
+        super().__init__(argv, timeout, load_timeout)
         self.name = name
         self.proc = self._start()
 
@@ -502,6 +546,7 @@ class IsolatedRunner(CommandRunner):
             tail = self.stderr_tail()
             self.close(kill=True)
             raise TargetError(reason + tail)
+        self.capabilities = Capabilities.from_json(hello["capabilities"])
         self.load_seconds = time.monotonic() - start
         return proc
 

@@ -1,5 +1,4 @@
-"""The wire form of a stateless query and answer: a target written over parsed queries
-(:class:`QueryTarget`), decoding what a target returned
+"""The wire form of a stateless answer: decoding what a target returned
 (docs/design.md §5.2), and showing an odd answer in a message.
 
     >>> from kvhit.model.protocol import parse_query
@@ -16,12 +15,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 
 
@@ -73,42 +68,3 @@ def decode_answer(q: Query, value: Any) -> tuple[int, list[list[int]] | None]:
     ):
         raise BadReturn(f"blocks must be one list of block indices per group ({len(q.groups)})")
     return length, blocks
-
-
-@dataclass(frozen=True)
-class QueryTarget:
-    """A lookup written over parsed queries, as the built-ins are. Called with a
-    protocol message, as every target is, it parses the message first; a runner in this
-    process hands it the :class:`~kvhit.model.spec.Query` itself (:attr:`answer`), so
-    the query makes no round trip through JSON.
-
-    >>> QueryTarget(lambda q: {"length": q.max_length})({"groups": [{"kind": "full", "block_size": 1}],
-    ...                                                  "cached": ["1"], "max_length": 1})
-    {'length': 1}
-    """
-
-    answer: Callable[[Query], dict[str, Any]]
-    tiers: bool = False
-    """Whether it answers queries with external tiers (docs/design.md §1.7); one that
-    does not is :class:`~kvhit.errors.Unsupported` on them, never asked without them."""
-
-    def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
-        return self.ask(parse_query(message))
-
-    def ask(self, q: Query) -> dict[str, Any]:
-        """Its answer to ``q``.
-
-        >>> QueryTarget(lambda q: {"length": 0}).ask(parse_query(
-        ...     {"groups": [{"kind": "full", "block_size": 1}], "cached": [""], "max_length": 1,
-        ...      "tiers": [{"name": "cpu", "holds": ["full"], "cached": {"0": "1"}}]}))
-        Traceback (most recent call last):
-        ...
-        kvhit.errors.Unsupported: this target reads its own pool only: a query with tiers (cpu) is asked of a target that restores from them (docs/protocol.md lists them)
-        """
-        if q.tiers and not self.tiers:
-            names = ", ".join(t.name for t in q.tiers)
-            raise Unsupported(
-                f"this target reads its own pool only: a query with tiers ({names}) is asked "
-                "of a target that restores from them (docs/protocol.md lists them)"
-            )
-        return self.answer(q)

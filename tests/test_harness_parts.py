@@ -15,6 +15,7 @@ import torch
 from rich.console import Console
 
 from kvhit.cli.campaign import verify_section
+from kvhit.contract import QueryTarget
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import Outcome, judge_reply
@@ -30,7 +31,6 @@ from kvhit.targets import registry as targets
 from kvhit.targets.registry import model_target, seed_min_target
 from kvhit.targets.runner import CallableRunner, CommandRunner, Reply
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.wire import QueryTarget
 
 pytest_plugins = ["pytester"]
 PLUGIN = "kvhit.harness.pytest_plugin"

@@ -31,6 +31,13 @@ LAYERS = [
     ("kvhit.cli", 4),
 ]
 UI = ("click", "rich")
+SIDEWAYS_FORBIDDEN = [
+    ("kvhit.targets", "kvhit.engines"),
+    ("kvhit.impl", "kvhit.targets"),
+]
+"""Packages of one layer that must not import each other: targets name engines only as
+``module:attr`` strings, and impl is a target through the contract
+(:mod:`kvhit.contract`), not through the checker's own modules."""
 
 
 def layer(module: str) -> int:
@@ -92,6 +99,24 @@ def test_every_import_goes_down_or_sideways() -> None:
         for a, deps in graph().items()
         for b in deps
         if layer(b) > layer(a)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def in_package(module: str, package: str) -> bool:
+    """Whether ``module`` is ``package`` or inside it."""
+    return module == package or module.startswith(package + ".")
+
+
+def test_targets_and_impl_meet_engines_only_through_the_contract() -> None:
+    """No import from targets into engines (the registry names them as strings), nor
+    from impl into targets."""
+    wrong = [
+        f"{a} imports {b}"
+        for a, deps in graph().items()
+        for b in deps
+        for low, high in SIDEWAYS_FORBIDDEN
+        if in_package(a, low) and in_package(b, high)
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -57,6 +57,7 @@ from typing import Any
 
 import torch
 
+from kvhit.contract import Capabilities, QueryTarget
 from kvhit.engines.sglang import target
 from kvhit.engines.sglang.layout import Layout, layout
 from kvhit.engines.sglang.target import Built, build, key
@@ -73,7 +74,6 @@ from kvhit.model.spec import (
     tier_rows,
     window_before,
 )
-from kvhit.targets.wire import QueryTarget
 
 # isort: split
 # After kvhit.engines.sglang.target, which prepares SGLang's imports and server args.
@@ -468,5 +468,5 @@ def asked(cache: Any, q: Query, hl: HostLayout) -> dict[str, Any]:
     return coarse_answer(q, Answer(length, tuple(map(tuple, blocks)))).to_json()
 
 
-sglang_hicache_target = QueryTarget(hicache_answer, tiers=True)
+sglang_hicache_target = QueryTarget(hicache_answer, Capabilities(tiers=True))
 """The ``sglang-hicache`` target."""

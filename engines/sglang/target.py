@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from kvhit.contract import QueryTarget
 from kvhit.engines.sglang.layout import Layout, layout
 from kvhit.errors import Unsupported
 from kvhit.model.spec import (
@@ -63,7 +64,6 @@ from kvhit.model.spec import (
     fine_query,
     window_before,
 )
-from kvhit.targets.wire import QueryTarget
 
 
 def _import_torchvision() -> None:

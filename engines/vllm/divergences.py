@@ -22,11 +22,11 @@ from functools import reduce
 from math import gcd
 from typing import Any
 
+from kvhit.contract import QueryTarget
 from kvhit.engines.vllm.release import spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Group, Kind, Query, Upto, window_before
-from kvhit.targets.wire import QueryTarget
 
 OLDEST = "0.14.0"
 NEWEST = "0.34.0"

@@ -76,6 +76,7 @@ from typing import Any
 
 import torch
 
+from kvhit.contract import QueryTarget
 from kvhit.engines.vllm.release import (
     EaglePath,
     coordinator_keywords,
@@ -92,7 +93,6 @@ from kvhit.engines.vllm.release import (
 )
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Group, Kind, Query, Upto, inclusive_window
-from kvhit.targets.wire import QueryTarget
 
 try:
     from vllm.utils.hashing import sha256

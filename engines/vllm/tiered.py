@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from kvhit.contract import Capabilities, QueryTarget
 from kvhit.engines.vllm.compat import accepted
 from kvhit.engines.vllm.connector import (
     TieredConnector,
@@ -67,7 +68,6 @@ from kvhit.engines.vllm.release import (
 )
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Kind, Query, local_query
-from kvhit.targets.wire import QueryTarget
 
 try:
     from vllm import ModelRegistry
@@ -343,5 +343,5 @@ def connector_answer(q: Query) -> dict[str, Any]:
     return {"length": length, "blocks": blocks}
 
 
-vllm_connector_target = QueryTarget(connector_answer, tiers=True)
+vllm_connector_target = QueryTarget(connector_answer, Capabilities(tiers=True))
 """The ``vllm-connector`` target."""
