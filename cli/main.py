@@ -1,8 +1,10 @@
 """The ``kvhit`` command line.
 
-Exit codes everywhere: 0 all good, 1 a disagreement or a failed proof, 2 bad usage
-or bad input. Commands that live with their subsystem (``prove``, ``fuzz``, ``gate``,
-``replay``) are imported only when run, so ``kvhit check`` does not load z3 or torch.
+Exit codes everywhere (docs/cli.md): 0 all good, 1 a disagreement or a failed proof,
+2 bad usage or bad input, 130 interrupted (Ctrl-C). Commands that live with their
+subsystem (``prove``, ``fuzz``, ``gate``, ``replay``, ``matrix``, ``export``:
+:data:`LAZY_COMMANDS`) are imported only when run, so ``kvhit check`` does not load
+z3 or torch.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def test_keys_of_the_last_16_blocks_only_are_caught_by_default_within_60_program
     )
     assert not short.found and short.counts["ok"] > 100
     # the default plan gives one program in four prompts of up to 64 tokens
-    plan = ProgramPlan(shrink_seconds=10)
+    plan = ProgramPlan(shrink_seconds=600)  # a hang guard: shrinking ends by itself
     long = run_programs(open_stateful(SHORT_KEYS), TargetRecord(SHORT_KEYS), plan, programs=60)
     (found,) = long.found
     assert found.cls == "unsafe" and "stale block" in found.reason

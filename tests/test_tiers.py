@@ -77,6 +77,8 @@ def test_a_plan_at_an_invalid_length_is_refused():
         ({"name": "x", "holds": ["full"], "cached": {"1": "1"}}, "tiers[0].cached.1"),
         ({"name": "local", "holds": ["full"], "cached": {}}, "tiers[0].name"),
         ({"name": "x", "holds": ["attention"], "cached": {}}, "tiers[0].holds"),
+        ({"name": "x", "holds": [], "cached": {}}, "tiers[0].holds"),
+        ({"name": "x", "holds": ["full", "mamba", "full"], "cached": {}}, "tiers[0].holds[2]"),
         ({"name": "x", "holds": ["full"], "cached": ["1"]}, "tiers[0].cached"),
         ({"name": "x", "holds": ["full"], "cached": {}, "size": 3}, "tiers[0].size"),
     ],
@@ -140,14 +142,23 @@ def test_check_draws_the_tiers_and_says_where_each_block_is_loaded_from(tmp_path
     assert "group 0: block 0 from local, blocks 1, 2, 3 from lmcache" in out.output
 
 
-def test_check_refuses_a_tier_row_for_a_missing_group_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("tier", "said"),
+    [
+        ({"name": "x", "holds": ["full"], "cached": {"5": "1"}}, "tiers[0].cached.5: no group 5"),
+        (
+            {"name": "x", "holds": ["full", "full"], "cached": {}},
+            "tiers[0].holds[1]: names full a second time",
+        ),
+    ],
+)
+def test_check_refuses_a_malformed_tier_in_one_line(tmp_path, tier, said):
     path = tmp_path / "q.json"
-    q = {**FULL_MAMBA, "tiers": [{"name": "x", "holds": ["full"], "cached": {"5": "1"}}]}
-    path.write_text(json.dumps(q))
+    path.write_text(json.dumps({**FULL_MAMBA, "tiers": [tier]}))
     out = subprocess.run(["kvhit", "check", str(path)], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
-    assert "tiers[0].cached.5: no group 5" in out.stderr
+    assert said in out.stderr
 
 
 # --- stateful engines with external stores ----------------------------------------
@@ -241,6 +252,7 @@ def test_a_snapshot_without_the_stores_is_a_bad_return():
     [
         ({"name": "local", "holds": ["full"], "num_blocks": 2}, "tiers[0].name"),
         ({"name": "cpu", "holds": ["gpu"], "num_blocks": 2}, "tiers[0].holds"),
+        ({"name": "cpu", "holds": ["full", "full"], "num_blocks": 2}, "tiers[0].holds[1]"),
         ({"name": "cpu", "holds": ["full"], "num_blocks": 0}, "tiers[0].num_blocks"),
         ({"name": "cpu", "holds": ["full"]}, "tiers[0]"),
     ],
