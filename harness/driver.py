@@ -149,7 +149,8 @@ def gate(
     record = TargetRecord(getattr(target, "__name__", "target"))
     checker = CaseChecker(runner, record, out, stop_at_first=True)
     with alarm_handler():
-        for phase in gate_phases(seconds, seed, capabilities=runner.capabilities):
+        caps = runner.capabilities
+        for phase in gate_phases(seconds, seed, capabilities=caps, redrawn=checker.tally.withheld):
             if not checker.run(phase):
                 break
     return checker.tally

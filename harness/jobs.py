@@ -64,7 +64,7 @@ class CaseCampaign:
     own process.
 
     ``phases`` makes the run's phases for the target's capabilities, given as the
-    keyword ``capabilities`` (a picklable function, such as a :func:`functools.partial`
+    keywords ``capabilities`` and ``redrawn`` (a counter of what its rules refused) (a picklable function, such as a :func:`functools.partial`
     of a module-level one); ``out`` is where replay files go (None: nowhere).
     """
 
@@ -145,7 +145,8 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
     checker.tally.load_seconds = runner.load_seconds
     interrupted = False
     try:
-        for phase in campaign.phases(capabilities=runner.capabilities):
+        phases = campaign.phases(capabilities=runner.capabilities, redrawn=checker.tally.withheld)
+        for phase in phases:
             if not checker.run(phase.share(job, jobs)):
                 break
     except KeyboardInterrupt:  # report what was checked
@@ -167,6 +168,7 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
         total.refused.update(tally.refused)
+        total.withheld.update(tally.withheld)
         total.interrupted |= tally.interrupted
         total.save_error = total.save_error or tally.save_error
         seen += tally.findings()

@@ -36,9 +36,8 @@ options give the same programs.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from math import lcm
 from pathlib import Path
@@ -58,6 +57,7 @@ from hypothesis.stateful import (
 )
 
 from kvhit.contract import Store, capabilities_of
+from kvhit.harness.compare import ReplyClass
 from kvhit.harness.random_cases import (
     CHOICES,
     TIER_NAMES,
@@ -320,8 +320,6 @@ class ProgramCampaign:
     on_progress: OnProgress = lambda tally: None
     hunt: Hunt | None = None  # None while generating
     stopped: bool = False  # Stop was raised in this batch
-    redrawn: Counter[str] = field(default_factory=Counter)
-    """Engine configurations the target's capability rules refused, by reason."""
 
     @cached_property
     def palette(self) -> Palette:
@@ -330,10 +328,10 @@ class ProgramCampaign:
 
     def refused(self, program: Program, num_tokens: int) -> bool:
         """Whether the target's rules refuse ``program``'s configuration for prompts of
-        ``num_tokens`` tokens (counted in :attr:`redrawn`)."""
+        ``num_tokens`` tokens (counted in the tally's ``withheld``)."""
         why = self.palette.refusal(asked(program, num_tokens))
         if why is not None:
-            self.redrawn[why] += 1
+            self.tally.withheld[why] += 1
         return why is not None
 
     def stop(self) -> None:
@@ -360,6 +358,8 @@ class ProgramCampaign:
         if hunt is None:
             tally.operations = (tally.operations or 0) + (step.op is not None)
             tally.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
+            if step.outcome.cls == ReplyClass.UNSUPPORTED:
+                tally.refused[step.outcome.reason] += 1
             self.on_progress(tally)
         cls = step.outcome.cls
         if not step.outcome.disagrees:

@@ -221,7 +221,7 @@ def test_programs_are_drawn_of_the_engines_capabilities() -> None:
     assert all(g.exclusive for g in groups if g.kind == Kind.SLIDING_WINDOW)
     assert not any(p.hash_unit or p.tiers for p in configs)
     assert all(p.groups[0].block_size > 1 for p in configs)
-    assert campaign.redrawn["blocks of 1"] > 0
+    assert campaign.tally.withheld["blocks of 1"] > 0
 
 
 # --- shrinking a tiered disagreement ------------------------------------------------------
