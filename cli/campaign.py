@@ -29,6 +29,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from kvhit.analysis import Analysis
 from kvhit.cli.display import campaign_bar, counts_text
 from kvhit.cli.options import (
     DEFAULT_STEPS,
@@ -56,7 +57,6 @@ from kvhit.harness.strategies import hypothesis_files_in
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.inputs import read_queries, read_text, writable
 from kvhit.model.protocol import QueryError
-from kvhit.model.spec import longest_hit
 from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import Runner
 from kvhit.targets.spec import TargetSpec
@@ -451,8 +451,9 @@ def replay_query(runner: Runner, spec: TargetSpec, q: Any) -> tuple[Record, bool
     """Ask a query again: what the target answers now, whether it disagrees, and
     what to say when it does not."""
     reply = runner(q.to_json())
-    outcome = judge_reply(q, reply, longest_hit(q))
-    d = Disagreement(spec.label, outcome.cls, q, json_safe(reply.value), outcome.reason)
+    analysis = Analysis(q)
+    outcome = judge_reply(analysis, reply)
+    d = Disagreement(spec.label, outcome.cls, analysis, json_safe(reply.value), outcome.reason)
     return d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}"
 
 

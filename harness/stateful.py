@@ -40,10 +40,11 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.draw import draw
-from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
+from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.spec import Answer, Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import (
     PROGRAM_FORMAT,
@@ -72,7 +73,7 @@ class Step:
 
 def failed(reply: Reply, what: str) -> Outcome:
     """The outcome of a call that gave no answer."""
-    return Outcome(ReplyClass(reply.status), reason=f"{what}: {reply.detail}")
+    return Outcome(Verdict(reply.status), reason=f"{what}: {reply.detail}")
 
 
 @dataclass
@@ -93,7 +94,7 @@ class ProgramRun:
         is then the run's one step."""
         reply = self.runner({"op": "create", **self.program.config()})
         if reply.status == "answer":
-            return Outcome(ReplyClass.OK)
+            return Outcome(Verdict.OK)
         outcome = failed(reply, "create")
         self.steps.append(Step(None, outcome))
         return outcome
@@ -104,7 +105,7 @@ class ProgramRun:
         step = self.admit(op) if isinstance(op, Admit) else self.finish(op)
         overwritten = "" if step.outcome.disagrees else self.ledger.overwritten()
         if overwritten:
-            unsafe = Outcome(ReplyClass.UNSAFE, step.outcome.length, overwritten)
+            unsafe = Outcome(Verdict.UNSAFE, step.outcome.length, overwritten)
             step = replace(step, outcome=unsafe)
         self.steps.append(step)
         return step
@@ -112,12 +113,12 @@ class ProgramRun:
     def finish(self, op: Finish) -> Step:
         """Finish a running request (a request that is not running is skipped)."""
         if op.request not in self.running:
-            return Step(op, Outcome(ReplyClass.OK))
+            return Step(op, Outcome(Verdict.OK))
         self.running.discard(op.request)
         self.ledger.release(op.request)
         reply = self.runner(op.to_json())
         return Step(
-            op, Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "finish")
+            op, Outcome(Verdict.OK) if reply.status == "answer" else failed(reply, "finish")
         )
 
     def snapshot(self, op: Admit) -> Query | Outcome:
@@ -130,7 +131,7 @@ class ProgramRun:
             rows = decode_snapshot(reply.value, p.groups, p.hash_unit)
             tiers = decode_snapshot_tiers(reply.value, p.groups, p.tiers, p.hash_unit)
         except BadReturn as err:
-            return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
+            return Outcome(Verdict.BAD_RETURN, reason=str(err))
         t = len(op.tokens)
         return Query(p.groups, rows, t - 1, t, p.alignment, p.hash_unit, tiers)
 
@@ -148,10 +149,10 @@ class ProgramRun:
             if admitted is not None:
                 decode_answer(q, self.listed(admitted))
         except BadReturn as err:
-            return Step(op, Outcome(ReplyClass.BAD_RETURN, reason=str(err)), q, answer)
+            return Step(op, Outcome(Verdict.BAD_RETURN, reason=str(err)), q, answer)
         if admitted is None:
             return Step(
-                op, Outcome(ReplyClass.REJECTED, reason=str(reply.value["rejected"])), q, answer
+                op, Outcome(Verdict.REJECTED, reason=str(reply.value["rejected"])), q, answer
             )
         self.running.add(op.request)
         self.ledger.move(admitted.moves)
@@ -169,11 +170,11 @@ class ProgramRun:
         """Ledger first (a stale block is the worst finding), then the snapshot."""
         stale = self.ledger.problem(q.groups, op.tokens, admitted)
         if stale:
-            return Outcome(ReplyClass.UNSAFE, admitted.length, stale)
-        outcome = judge_reply(q, Reply("answer", self.listed(admitted)), longest_hit(q))
+            return Outcome(Verdict.UNSAFE, admitted.length, stale)
+        outcome = judge_reply(Analysis(q), Reply("answer", self.listed(admitted)))
         if outcome.disagrees or admitted.outputs_match is not False:
             return outcome
-        return Outcome(ReplyClass.UNSAFE, admitted.length, "served outputs differ from scratch")
+        return Outcome(Verdict.UNSAFE, admitted.length, "served outputs differ from scratch")
 
 
 def run_program(runner: Runner, program: Program) -> list[Step]:
@@ -217,10 +218,10 @@ class ProgramDisagreement:
     def last(self) -> Step:
         """The step that disagreed (a program of no operation on an engine that was
         created: that creation, ok)."""
-        return self.steps[-1] if self.steps else Step(None, Outcome(ReplyClass.OK))
+        return self.steps[-1] if self.steps else Step(None, Outcome(Verdict.OK))
 
     @property
-    def cls(self) -> str:
+    def cls(self) -> Verdict:
         """The class of the disagreement."""
         return self.last.outcome.cls
 
@@ -265,12 +266,13 @@ class ProgramDisagreement:
         q = self.last.snapshot
         if q is not None:
             answer = self.last.answer
-            marked = None
+            shown = None
             if self.cls in ("unsafe", "lost_reuse", "wrong_blocks") and isinstance(answer, dict):
                 admitted = decode_admitted(answer, q.groups, len(p.tiers))
-                marked = admitted.reused_indices() if admitted else None
+                if admitted:
+                    shown = Answer(admitted.length, tuple(map(tuple, admitted.reused_indices())))
             lines.append("the engine's own snapshot at that lookup (@ = reused):")
-            lines.append(draw(q, marked))
+            lines.append(draw(q, shown))
             lines.append(f"reference answer on that snapshot L* = {longest_hit(q).length}")
         return "\n".join(lines)
 

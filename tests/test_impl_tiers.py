@@ -20,7 +20,8 @@ from typing import Any
 from test_impl_fine import spec_answer
 from test_impl_workloads import Workload, check_every_candidate, random_workload, servable
 
-from kvhit.harness.compare import ReplyClass, judge_reply
+from kvhit.analysis import Analysis, Verdict
+from kvhit.harness.compare import judge_reply
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.impl.coordinator import Coordinator
@@ -269,7 +270,7 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
         ledger.move(admitted.moves)
         seen["stale"] += ledger.problem(groups, prompt, admitted).startswith("stale block")
         listed = Reply("answer", {"length": admitted.length, "blocks": admitted.reused_indices()})
-        seen["wrong hit"] += judge_reply(q, listed, longest_hit(q)).cls != ReplyClass.OK
+        seen["wrong hit"] += judge_reply(Analysis(q), listed).cls != Verdict.OK
         seen["outputs differ"] += not answer["outputs_match"]
         ledger.record(groups, prompt, admitted, request, request)
         ledger.hold(groups, prompt, admitted, request)
