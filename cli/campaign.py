@@ -29,7 +29,6 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from kvhit.analysis import Analysis
 from kvhit.cli.display import campaign_bar, counts_text
 from kvhit.cli.options import (
     DEFAULT_STEPS,
@@ -42,81 +41,49 @@ from kvhit.cli.options import (
     stateful_options,
     target_choice_options,
 )
+from kvhit.contract import BASE, Capabilities
 from kvhit.errors import BadInput, TargetError
-from kvhit.harness import exhaustive
-from kvhit.harness.checker import CaseChecker, Phase
-from kvhit.harness.compare import judge_reply
+from kvhit.harness import driver, exhaustive
+from kvhit.harness.checker import Phase
+from kvhit.harness.driver import Campaign, gate_campaign
 from kvhit.harness.exhaustive import Scope
-from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, random_phases, run_gate
-from kvhit.harness.jobs import CaseCampaign, run_campaign
+from kvhit.harness.gate import DEFAULT_SECONDS, random_phases
 from kvhit.harness.random_cases import CHOICES
-from kvhit.harness.report import Disagreement, Record, junit_xml, load_disagreement
-from kvhit.harness.stateful import disagreement_of, run_program
-from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.harness.report import Record, junit_xml, load_disagreement
+from kvhit.harness.stateful_machine import ProgramPlan
 from kvhit.harness.strategies import hypothesis_files_in
-from kvhit.harness.tally import OnProgress, Tally
+from kvhit.harness.tally import Tally
 from kvhit.inputs import read_queries, read_text, writable
 from kvhit.model.protocol import QueryError
-from kvhit.targets.registry import Mode, default_shape
-from kvhit.targets.runner import Runner
+from kvhit.targets.registry import Mode
 from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import is_program_file, load_program_file
-from kvhit.targets.wire import json_safe
 
 FUZZ_SECONDS = 10.0
 MAX_STATES = 1 << 24
-Run = Callable[[OnProgress], Tally]
-"""A campaign ready to run, told where to report its progress."""
 
 
-@contextmanager
-def opened(spec: TargetSpec, mode: Mode = Mode.LOOKUP) -> Iterator[Runner]:
-    """The target's runner in ``mode``, closed afterwards; BadInput if it cannot be loaded."""
-    try:
-        runner = spec.open(mode)
-    except TargetError as err:
-        raise BadInput(str(err)) from None
-    try:
-        yield runner
-    except TargetError as err:
-        raise BadInput(str(err)) from None
-    finally:
-        runner.close()
-
-
-def case_run(options: RunSettings, phases: Callable[[], list[Phase]], stop_at_first: bool) -> Run:
-    """The campaign of ``phases`` on the --jobs (or --ray), saving to --out."""
-    campaign = CaseCampaign(options.spec, phases, Path(options.out), stop_at_first)
-    return functools.partial(run_campaign, campaign, options.jobs, options.ray_address)
-
-
-def program_run(
-    spec: TargetSpec, plan: ProgramPlan, seconds: float | None, programs: int | None
-) -> Run:
-    """The campaign of programs on the stateful target ``spec``, in this process;
-    Ctrl-C while the engine loads ends it with nothing run, interrupted."""
-
-    def run(on_progress: OnProgress) -> Tally:
-        try:
-            with opened(spec, Mode.STATEFUL) as runner:
-                tally = run_programs(runner, spec.label, plan, seconds, programs, on_progress)
-                tally.load_seconds = runner.load_seconds
-                return tally
-        except KeyboardInterrupt:
-            return Tally(spec.label, operations=0, interrupted=True)
-
-    return run
+def campaign_of(options: RunSettings, **what: Any) -> Campaign:
+    """The campaign of ``what`` (its phases or programs, and their limits) on the target
+    the options name, saving to --out, on --jobs (or --ray)."""
+    return Campaign(
+        options.spec,
+        out=Path(options.out),
+        jobs=options.jobs,
+        ray_address=options.ray_address,
+        **what,
+    )
 
 
 def run_with_progress(
-    run: Run, console: Console, description: str, total: int | None = None
+    campaign: Campaign, console: Console, description: str, total: int | None = None
 ) -> tuple[Tally, float]:
     """Run a campaign with a progress bar (of ``total`` cases or programs, when known)
     and live counts, then draw each disagreement kept; the tally and the seconds taken."""
     start = time.monotonic()
     with campaign_bar(console, description, total) as (tick, done):
         try:
-            tally = run(tick)
+            tally = driver.run(campaign, tick)
         except TargetError as err:
             raise BadInput(str(err)) from None
         done(tally)
@@ -135,6 +102,7 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "counts": dict(tally.counts),
         "phases": dict(tally.by_phase),
+        "unsupported_reasons": dict(tally.refused.most_common()),
         "disagreements": [d.to_json() for d in tally.found],
         "files": [str(path) for path in tally.files],
         "interrupted": tally.interrupted,
@@ -163,6 +131,9 @@ def exit_code(tally: Tally) -> int:
     return 1 if tally.disagreements or tally.found else 0
 
 
+SHOWN_REASONS = 3
+"""How many reasons for ``unsupported`` the summary shows, the most frequent first."""
+
 SHOWN_LOAD = 1.0
 """Seconds of loading from which the summary line says how long loading took."""
 
@@ -190,6 +161,14 @@ def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: 
                 f"{counts_text(tally.counts)}{loading_text(tally)}"
             )
         )
+        for reason, n in tally.refused.most_common(SHOWN_REASONS):
+            console.print(Text(f"  unsupported {n}: {reason}"))
+        if len(tally.refused) > SHOWN_REASONS:
+            console.print(
+                Text(
+                    f"  unsupported: {len(tally.refused) - SHOWN_REASONS} more reasons (--json lists all)"
+                )
+            )
         if tally.files:
             files = " ".join(shlex.quote(str(path)) for path in tally.files)
             console.print(Text(f"replay with: kvhit replay {files} {spec.replay_flag}"))
@@ -220,7 +199,7 @@ def files_only_in(out: Path, junit: str | None) -> Iterator[None]:
 
 def run_and_report(
     options: RunSettings,
-    run: Run,
+    campaign: Campaign,
     stateful: bool,
     total: int | None = None,
     junit: str | None = None,
@@ -229,7 +208,7 @@ def run_and_report(
     print the report and exit with :func:`exit_code`."""
     console = Console(stderr=options.as_json, highlight=False, soft_wrap=True)
     with files_only_in(Path(options.out), junit):
-        tally, took = run_with_progress(run, console, description(options, stateful), total)
+        tally, took = run_with_progress(campaign, console, description(options, stateful), total)
     if junit:
         Path(junit).write_text(junit_xml(tally.target, tally.checked(), took, tally.found))
     sys.exit(report(tally, took, options.as_json, console, options.spec))
@@ -277,21 +256,25 @@ def every_state_scopes(path: str) -> list[tuple[str, Scope]]:
 
 
 def scope_phases(
-    scopes: list[tuple[str, Scope]], seconds: float | None, cases: int | None
+    scopes: list[tuple[str, Scope]],
+    seconds: float | None,
+    cases: int | None,
+    capabilities: Capabilities = BASE,
 ) -> list[Phase]:
-    """One exhaustive phase per scope, each bounded by ``seconds`` and ``cases``."""
+    """One exhaustive phase per scope, each bounded by ``seconds`` and ``cases`` (the
+    scopes are the user's: every one is checked, whatever the target declares)."""
     return [Phase(label, exhaustive.cases(scope), seconds, cases) for label, scope in scopes]
 
 
 def every_state_run(
     options: RunSettings, scope_file: str, seconds: float | None, cases: int | None
-) -> tuple[Run, int]:
-    """``fuzz --every-state``: every state of the file's groups; the run and its cases."""
+) -> tuple[Campaign, int]:
+    """``fuzz --every-state``: every state of the file's groups; the campaign and its cases."""
     scopes = every_state_scopes(scope_file)
     states = sum(scope.states for _, scope in scopes)
     total = states if cases is None else min(states, cases * len(scopes))
     phases = functools.partial(scope_phases, scopes, seconds, cases)
-    return case_run(options, phases, stop_at_first=False), total
+    return campaign_of(options, phases=phases), total
 
 
 @click.command()
@@ -345,19 +328,19 @@ def fuzz(
             stop_at_first=False,
             out_dir=Path(o.out),
         )
-        run = program_run(o.spec, plan, seconds, cases)
+        campaign = campaign_of(o, programs=plan, seconds=seconds, cases=cases)
     elif scope_file is not None:
         if o.shape or kinds:
             raise BadInput(
                 "--shape and --kinds choose random queries; --every-state checks "
                 "every state of FILE's groups instead"
             )
-        run, total = every_state_run(o, scope_file, seconds, cases)
+        campaign, total = every_state_run(o, scope_file, seconds, cases)
     else:
         shape = o.drawn_shape()
         phases = functools.partial(random_phases, o.seed, max_blocks, picked, seconds, cases, shape)
-        run = case_run(o, phases, stop_at_first=False)
-    run_and_report(o, run, stateful, total)
+        campaign = campaign_of(o, phases=phases)
+    run_and_report(o, campaign, stateful, total)
 
 
 @click.command()
@@ -390,12 +373,20 @@ def gate(
             stop_at_first=not keep_going,
             out_dir=Path(o.out),
         )
-        run = program_run(o.spec, plan, budget, o.cases)
+        campaign = campaign_of(o, programs=plan, seconds=budget, cases=o.cases)
     else:
-        shape = o.drawn_shape()
-        phases = functools.partial(gate_phases, budget, o.seed, cases=o.cases, shape=shape)
-        run = case_run(o, phases, stop_at_first=not keep_going)
-    run_and_report(o, run, stateful, o.cases if stateful else None, junit)
+        campaign = gate_campaign(
+            o.spec,
+            budget,
+            o.seed,
+            Path(o.out),
+            not keep_going,
+            o.cases,
+            o.drawn_shape(),
+            o.jobs,
+            o.ray_address,
+        )
+    run_and_report(o, campaign, stateful, o.cases if stateful else None, junit)
 
 
 def replayed(
@@ -439,27 +430,6 @@ def replay_target(name: str, record: dict[str, Any], choice: TargetChoice) -> Ta
     return spec
 
 
-def replay_program(runner: Runner, spec: TargetSpec, program: Any) -> tuple[Record, bool, str]:
-    """Run a stateful program again: what it shows now, whether it disagrees, and
-    what to say when it does not."""
-    steps = run_program(runner, program)
-    p = disagreement_of(spec.label, program, steps)
-    return p, p.last.outcome.disagrees, f"every operation ok now ({len(steps)} operations)"
-
-
-def replay_query(runner: Runner, spec: TargetSpec, q: Any) -> tuple[Record, bool, str]:
-    """Ask a query again: what the target answers now, whether it disagrees, and
-    what to say when it does not."""
-    reply = runner(q.to_json())
-    analysis = Analysis(q)
-    outcome = judge_reply(analysis, reply)
-    d = Disagreement(spec.label, outcome.cls, analysis, json_safe(reply.value), outcome.reason)
-    return d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}"
-
-
-REPLAYERS = {Mode.STATEFUL: replay_program, Mode.LOOKUP: replay_query}
-
-
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @target_choice_options
@@ -468,18 +438,19 @@ REPLAYERS = {Mode.STATEFUL: replay_program, Mode.LOOKUP: replay_query}
 def replay(files: tuple[str, ...], target: TargetChoice, as_json: bool) -> None:
     """Rerun saved disagreements (or plain queries, or stateful programs) against a
     target: the one given, else the one each saved file records."""
-    runs: dict[tuple[TargetSpec, Mode], list[tuple[str, Any, dict[str, Any]]]] = {}
+    items = []
     for name in files:
-        mode, item, record = replay_file(name)
-        spec = replay_target(name, record, target)
-        runs.setdefault((spec, mode), []).append((name, item, record))
-    failed = 0
-    for (spec, mode), items in runs.items():
-        with opened(spec, mode) as runner:
-            for name, item, record in items:
-                d, disagrees, now = REPLAYERS[mode](runner, spec, item)
-                replayed(name, record.get("class"), d, disagrees, now, as_json)
-                failed += disagrees
+        _, item, record = replay_file(name)
+        items.append((replay_target(name, record, target), item, (name, record.get("class"))))
+
+    def show(tag: tuple[str, str | None], shown: driver.Replayed) -> None:
+        name, saved = tag
+        replayed(name, saved, shown.record, shown.disagrees, shown.now, as_json)
+
+    try:
+        failed = driver.replay_all(items, show)
+    except TargetError as err:
+        raise BadInput(str(err)) from None
     sys.exit(1 if failed else 0)
 
 
@@ -499,15 +470,16 @@ def verify_section(console: Console, quick: bool) -> bool:
 
 
 def shown_gate(console: Console, name: str, seconds: float, out: Path) -> Tally | None:
-    """Gate the built-in ``name`` for ``seconds``, stopping at the first disagreement,
-    and show what it found and its counts; None (said in red) if it cannot be opened."""
+    """Gate the built-in ``name`` for ``seconds`` (:func:`kvhit.harness.driver.gate`),
+    stopping at the first disagreement, and show what it found and its counts; None
+    (said in red) if it cannot be opened."""
     try:
-        runner = TargetSpec(name).open()
+        tally = driver.gate(TargetSpec(name), seconds, out=out)
     except TargetError as err:
         console.print(Text.assemble((f"{name} cannot be gated", "red"), f": {err}"))
         return None
-    checker = CaseChecker(runner, name, out, stop_at_first=True)
-    tally = run_gate(checker, seconds, shape=default_shape(name))
+    if tally.interrupted:
+        raise KeyboardInterrupt  # verify's own handling: its summary so far, exit 130
     for d in tally.found:
         console.print(Text(d.render()))
     console.print(Text(f"{name}: {tally.checked()}: {counts_text(tally.counts)}"))

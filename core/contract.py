@@ -208,7 +208,10 @@ class LookupTarget(Protocol):
     int, or ``{"length": L, "blocks": [[j, ...] per group]}``); it raises
     :class:`~kvhit.errors.Unsupported` for what it refuses at run time."""
 
-    capabilities: Capabilities
+    @property
+    def capabilities(self) -> Capabilities:
+        """What it can be asked."""
+        ...
 
     def ask(self, q: Query) -> Any:
         """The answer to ``q``."""

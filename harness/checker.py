@@ -25,7 +25,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from kvhit.analysis import Analysis
+from kvhit.analysis import Analysis, Verdict
 from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import shrink
@@ -99,6 +99,8 @@ class CaseChecker:
         tally.cases += 1
         tally.counts[outcome.cls] += 1
         tally.by_phase[self.phase] += 1
+        if outcome.cls == Verdict.UNSUPPORTED:
+            tally.refused[outcome.reason] += 1
         if outcome.disagrees and tally.found_new(outcome.cls):
             tally.found_at.append(self.position)
             self.report(

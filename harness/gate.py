@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from kvhit.contract import BASE, Capabilities
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.checker import Case, CaseChecker, Phase
 from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
@@ -45,6 +46,7 @@ def random_phases(
     seconds: float | None,
     cases: int | None,
     shape: str = QueryShape.ANY,
+    capabilities: Capabilities = BASE,
 ) -> list[Phase]:
     """``kvhit fuzz``'s one phase: seeded random queries of ``shape`` for ``seconds``
     or ``cases``."""
@@ -58,6 +60,7 @@ def gate_phases(
     kinds: Sequence[str] = CHOICES,
     cases: int | None = None,
     shape: str = QueryShape.ANY,
+    capabilities: Capabilities = BASE,
 ) -> list[Phase]:
     """The three phases; the random one draws queries of ``shape`` for ``seconds``
     (and at most ``cases`` cases)."""

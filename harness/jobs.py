@@ -63,13 +63,13 @@ class CaseCampaign:
     """A campaign of stateless cases: what every job needs to rebuild the run in its
     own process.
 
-    ``phases`` makes the run's phases (a picklable function, such as a
-    :func:`functools.partial` of a module-level one); ``out`` is where replay files go
-    (None: nowhere).
+    ``phases`` makes the run's phases for the target's capabilities, given as the
+    keyword ``capabilities`` (a picklable function, such as a :func:`functools.partial`
+    of a module-level one); ``out`` is where replay files go (None: nowhere).
     """
 
     spec: TargetSpec
-    phases: Callable[[], list[Phase]]
+    phases: Callable[..., list[Phase]]
     out: Path | None = None
     stop_at_first: bool = False
     shrink_seconds: float = 10.0
@@ -145,7 +145,7 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
     checker.tally.load_seconds = runner.load_seconds
     interrupted = False
     try:
-        for phase in campaign.phases():
+        for phase in campaign.phases(capabilities=runner.capabilities):
             if not checker.run(phase.share(job, jobs)):
                 break
     except KeyboardInterrupt:  # report what was checked
@@ -166,6 +166,7 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.cases += tally.cases
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
+        total.refused.update(tally.refused)
         total.interrupted |= tally.interrupted
         total.save_error = total.save_error or tally.save_error
         seen += tally.findings()

@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from kvhit.harness.checker import CaseChecker
 from kvhit.harness.tally import Tally
-from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner
+from kvhit.targets.runner import CALL_TIMEOUT
 from kvhit.targets.spec import TargetSpec
 
 Gate = Callable[..., Tally]
@@ -35,20 +34,18 @@ def gate_or_fail(
     seed: int = 0,
     timeout: float = CALL_TIMEOUT,
 ) -> Tally:
-    """Gate ``target``; ``pytest.fail`` with the drawn counterexample if it disagrees."""
-    # Imported here: the gate's sources load torch and z3, which a suite that never
-    # asks for the fixture should not pay for at start-up.
-    from kvhit.harness.gate import run_gate
+    """Gate ``target`` (:func:`kvhit.harness.driver.gate`, the gate ``kvhit gate``
+    runs); ``pytest.fail`` with the drawn counterexample if it disagrees."""
+    # Imported here: the gate's sources load torch, which a suite that never asks for
+    # the fixture should not pay for at start-up.
+    from kvhit.harness.driver import gate
 
-    runner: Runner
     if callable(target):
-        runner, name = CallableRunner(target, timeout), getattr(target, "__name__", "target")
+        name = getattr(target, "__name__", "target")
+        tally = gate(target, seconds, seed, out_dir, timeout)
     else:
-        runner, name = TargetSpec(target, timeout=timeout).open(), target
-    try:
-        tally = run_gate(CaseChecker(runner, name, out_dir, stop_at_first=True), seconds, seed)
-    finally:
-        runner.close()
+        name = target
+        tally = gate(TargetSpec(target, timeout=timeout), seconds, seed, out_dir)
     if tally.found:
         d = tally.found[0]
         pytest.fail(

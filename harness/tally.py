@@ -33,6 +33,7 @@ class Tally:
     (one per case, or per lookup of a program), ``by_phase`` the cases of each phase.
     ``found[i]`` was first seen at ``found_at[i]`` (the phase's place in the run, the
     case's number in it) and saved to ``saved[i]`` (None when the run keeps no files).
+    ``refused`` counts the ``unsupported`` replies by the reason the target gave.
     """
 
     target: str
@@ -40,6 +41,7 @@ class Tally:
     operations: int | None = None
     counts: Counter[str] = field(default_factory=Counter)
     by_phase: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
     found: list[Record] = field(default_factory=list)
     found_at: list[tuple[int, int]] = field(default_factory=list)
     saved: list[Path | None] = field(default_factory=list)
