@@ -56,8 +56,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvhit.analysis import Verdict
 from kvhit.contract import Store, capabilities_of
-from kvhit.harness.compare import ReplyClass
 from kvhit.harness.random_cases import (
     CHOICES,
     TIER_NAMES,
@@ -358,7 +358,7 @@ class ProgramCampaign:
         if hunt is None:
             tally.operations = (tally.operations or 0) + (step.op is not None)
             tally.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
-            if step.outcome.cls == ReplyClass.UNSUPPORTED:
+            if step.outcome.cls == Verdict.UNSUPPORTED:
                 tally.refused[step.outcome.reason] += 1
             self.on_progress(tally)
         cls = step.outcome.cls

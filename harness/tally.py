@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvhit.harness.compare import NOT_DISAGREEMENTS
+from kvhit.analysis import Verdict
 from kvhit.harness.report import Record
 from kvhit.harness.saved import save
 
@@ -69,7 +69,7 @@ class Tally:
     @property
     def disagreements(self) -> int:
         """How many cases (or lookups) disagreed, all classes, before any shrinking."""
-        return sum(n for cls, n in self.counts.items() if cls not in NOT_DISAGREEMENTS)
+        return sum(n for cls, n in self.counts.items() if Verdict(cls).disagrees)
 
     @property
     def files(self) -> list[Path]:
