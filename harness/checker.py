@@ -29,7 +29,7 @@ from typing import Any
 from kvhit.analysis import Analysis, Verdict
 from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.report import Disagreement
-from kvhit.harness.shrink import shrink
+from kvhit.harness.shrink import SHRINK_SECONDS, shrink
 from kvhit.harness.tally import Tally
 from kvhit.model.spec import Answer, Query
 from kvhit.targets.runner import Runner, alarm_handler
@@ -75,7 +75,7 @@ class CaseChecker:
     proceed: Callable[[tuple[int, int]], bool] = lambda position: True
     """Asked before each case with its :attr:`position`; False stops the run."""
     stop_at_first: bool = False
-    shrink_seconds: float = 10.0
+    shrink_seconds: float = SHRINK_SECONDS
     tally: Tally = field(init=False)
     phase: str = field(init=False, default="")
     phases_run: int = field(init=False, default=0)

@@ -44,6 +44,7 @@ from typing import Any
 from kvhit.errors import TargetError
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.report import Record
+from kvhit.harness.shrink import SHRINK_SECONDS
 from kvhit.harness.tally import Finding, OnProgress, Tally
 from kvhit.targets.spec import TargetSpec
 
@@ -72,7 +73,7 @@ class CaseCampaign:
     phases: Callable[..., list[Phase]]
     out: Path | None = None
     stop_at_first: bool = False
-    shrink_seconds: float = 10.0
+    shrink_seconds: float = SHRINK_SECONDS
 
 
 @dataclass(frozen=True)

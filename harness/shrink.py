@@ -267,7 +267,15 @@ def candidates(q: Query) -> Iterator[Query]:
                 yield cand
 
 
-def shrink(a: Analysis, keeps: Callable[[Analysis], bool], seconds: float = 10.0) -> Analysis:
+SHRINK_SECONDS = 60.0
+"""How long shrinking may take: a guard against a target slow to answer, far above
+what shrinking a drawn case takes (it ends by itself when no candidate keeps the
+class), so a busy machine shrinks to the same case."""
+
+
+def shrink(
+    a: Analysis, keeps: Callable[[Analysis], bool], seconds: float = SHRINK_SECONDS
+) -> Analysis:
     """The analysis of the smallest query found (within ``seconds``) from ``a``'s for
     which ``keeps`` holds; each candidate is analysed once, and ``keeps`` is asked of
     that analysis.

@@ -28,6 +28,7 @@ from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Kind, Query, WindowConvention, local_query, longest_hit
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner
 from kvhit.targets.stateful import Program
+from kvhit.targets.target_record import TargetRecord
 
 NARROW = Capabilities(
     kinds=[Kind.FULL, Kind.SLIDING_WINDOW],
@@ -150,7 +151,9 @@ def test_the_corpus_holds_tiered_states_only_for_a_target_that_takes_tiers() -> 
 
 
 def gate_without_random(target: QueryTarget) -> CaseChecker:
-    checker = CaseChecker(CallableRunner(target, CALL_TIMEOUT), "target", stop_at_first=True)
+    checker = CaseChecker(
+        CallableRunner(target, CALL_TIMEOUT), TargetRecord("target"), stop_at_first=True
+    )
     phases = gate_phases(seconds=0, capabilities=target.capabilities)
     run_phases(checker, phases)
     return checker
@@ -210,7 +213,8 @@ class Declaring(Recorder):
 def test_programs_are_drawn_of_the_engines_capabilities() -> None:
     recorder = Declaring(open_stateful("impl"))
     plan = ProgramPlan(steps=4)
-    campaign = ProgramCampaign(recorder, plan, Budget.of(None, 40), Tally("impl", operations=0))
+    budget, tally = Budget.of(None, 40), Tally("impl", operations=0)
+    campaign = ProgramCampaign(recorder, TargetRecord("impl"), plan, budget, tally)
     tally = campaign.run()
     assert tally.cases == 40 and not tally.found
     created = [json.loads(m) for m in recorder.messages if json.loads(m)["op"] == "create"]
@@ -232,14 +236,14 @@ def tier_entries(q: Query) -> int:
 
 
 def test_a_tiered_disagreement_shrinks_its_tiers_too() -> None:
-    def ignored(q: Query) -> bool:
-        return Analysis(local_query(q)).fixed_point.length != longest_hit(q).length
+    def ignored(a: Analysis) -> bool:
+        return Analysis(local_query(a.query)).fixed_point.length != a.longest_hit.length
 
-    drawn = islice((q for q in random_queries(2, None, capabilities=TIERS) if ignored(q)), 60)
-    big = max(drawn, key=tier_entries)
-    assert tier_entries(big) > 20
-    small = shrink(big, ignored)
-    assert ignored(small) and len(small.groups) == 1 and len(small.tiers) == 1
+    drawn = (Analysis(q) for q in random_queries(2, None, capabilities=TIERS))
+    big = max(islice((a for a in drawn if ignored(a)), 60), key=lambda a: tier_entries(a.query))
+    assert tier_entries(big.query) > 20
+    small = shrink(big, ignored).query
+    assert ignored(Analysis(small)) and len(small.groups) == 1 and len(small.tiers) == 1
     assert tier_entries(small) <= 2
 
 
