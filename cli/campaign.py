@@ -328,7 +328,7 @@ def fuzz(
         plan = ProgramPlan(
             picked,
             o.drawn_shape(),
-            max_tokens=prompt_tokens or 2 * max_blocks,
+            max_tokens=prompt_tokens or ProgramPlan.max_tokens,
             steps=steps or DEFAULT_STEPS,
             seed=o.seed,
             stop_at_first=False,

@@ -157,12 +157,11 @@ def stores(draw: st.DrawFn, program: Program) -> tuple[Store, ...]:
 ENGINE_DRAWERS = {
     QueryShape.ANY: engines,
     QueryShape.SGLANG: one_tree_engines,
-    QueryShape.TIERED: engines,
     QueryShape.SGLANG_HICACHE: one_tree_engines,
 }
 """The engine configurations a campaign draws, by ``--shape``: ``any`` (every kind,
 mixed block sizes; stores when the engine takes tiers) or ``sglang`` (what SGLang's
-one radix tree holds); ``tiered`` is drawn as ``any``."""
+one radix tree holds)."""
 
 
 def asked(program: Program, num_tokens: int) -> Query:

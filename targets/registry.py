@@ -106,11 +106,9 @@ DIVERGENT_OPTION = Option(
 SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sglang.sh (see docs/engines/sglang.md)"
 
 BUILTINS: dict[str, BuiltIn] = {
-    "model": BuiltIn("kvhit.targets.registry:model_target", shape="tiered"),
+    "model": BuiltIn("kvhit.targets.registry:model_target"),
     "seed-min": BuiltIn("kvhit.targets.registry:seed_min_target"),
-    "impl": BuiltIn(
-        "kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl", shape="tiered"
-    ),
+    "impl": BuiltIn("kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl"),
     "vllm": BuiltIn(
         "kvhit.engines.vllm.target:vllm_lookup",
         "kvhit.engines.vllm.manager:vllm_manager_engine",
@@ -126,7 +124,6 @@ BUILTINS: dict[str, BuiltIn] = {
     "vllm-connector": BuiltIn(
         "kvhit.engines.vllm.tiered:vllm_connector_lookup",
         "kvhit.engines.vllm.offload:vllm_offload_engine",
-        shape="tiered",
         hint=VLLM_HINT,
         options=(DIVERGENT_OPTION,),
     ),
