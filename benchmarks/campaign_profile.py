@@ -135,7 +135,7 @@ def campaign_run(target: str, cases: int, name: str) -> Callable[[], int]:
         def programs() -> int:
             runner = spec.open(Mode.STATEFUL)
             try:
-                return run_programs(runner, spec.label, plan, programs=cases).cases
+                return run_programs(runner, spec.record, plan, programs=cases).cases
             finally:
                 runner.close()
 

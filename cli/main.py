@@ -1,8 +1,10 @@
 """The ``kvhit`` command line.
 
-Exit codes everywhere: 0 all good, 1 a disagreement or a failed proof, 2 bad usage
-or bad input. Commands that live with their subsystem (``prove``, ``fuzz``, ``gate``,
-``replay``) are imported only when run, so ``kvhit check`` does not load z3 or torch.
+Exit codes everywhere (docs/cli.md): 0 all good, 1 a disagreement or a failed proof,
+2 bad usage or bad input, 130 interrupted (Ctrl-C). Commands that live with their
+subsystem (``prove``, ``fuzz``, ``gate``, ``replay``, ``matrix``, ``export``:
+:data:`LAZY_COMMANDS`) are imported only when run, so ``kvhit check`` does not load
+z3 or torch.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import sys
 
 import click
 
+from kvhit.analysis import Analysis
 from kvhit.cli.check import check_report, check_text, explain_text
 from kvhit.errors import BadInput
+from kvhit.harness.saved import read_queries
 from kvhit.importing import import_attr
-from kvhit.inputs import read_queries
 
 LAZY_COMMANDS = {
     "prove": "kvhit.cli.prove:prove",
@@ -23,7 +26,7 @@ LAZY_COMMANDS = {
     "gate": "kvhit.cli.campaign:gate",
     "replay": "kvhit.cli.campaign:replay",
     "matrix": "kvhit.cli.matrix:matrix",
-    "export": "kvhit.cli.export:export",
+    "export": "kvhit.cli.export_command:export",
 }
 
 
@@ -80,9 +83,10 @@ def check(file: str, as_json: bool, explain_at: int | None) -> None:
     """
     queries = read_queries(file)
     for number, (label, q) in enumerate(queries):
-        report = check_report(q)
+        analysis = Analysis(q)
+        report = check_report(analysis)
         if explain_at is not None:
-            report["explain"] = explain_text(q, explain_at, label)
+            report["explain"] = explain_text(analysis, explain_at, label)
         if as_json:
             click.echo(json.dumps(report))
             continue
@@ -90,7 +94,7 @@ def check(file: str, as_json: bool, explain_at: int | None) -> None:
             click.echo()
         if len(queries) > 1:
             click.echo(f"# {label}")
-        click.echo(check_text(q, report))
+        click.echo(check_text(analysis, report))
         if explain_at is not None:
             click.echo(report["explain"])
 

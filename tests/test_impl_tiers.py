@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from test_impl_fine import spec_answer
 from test_impl_workloads import Workload, check_every_candidate, random_workload, servable
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.contract import Direction, EngineConfig, Store
-from kvhit.harness.compare import ReplyClass, judge_reply
+from kvhit.harness.compare import judge_reply
 from kvhit.harness.ledger import Ledger
-from kvhit.harness.random_cases import QueryShape, random_queries
+from kvhit.harness.random_cases import random_queries
 from kvhit.impl.coordinator import Coordinator
 from kvhit.impl.engine import Engine, Served
 from kvhit.impl.offload import Move
@@ -227,7 +228,7 @@ def test_hits_assembled_across_the_tiers_equal_scratch_and_wrong_ones_read_nan()
 def test_the_impl_target_answers_tiered_queries_like_the_model() -> None:
     """One store per tier: the lookup finds the reconciled hit itself (length and
     blocks), on queries where the tiers often lengthen it."""
-    queries = list(random_queries(seed=11, count=1500, shape=QueryShape.TIERED))
+    queries = list(random_queries(seed=11, count=1500, capabilities=impl_target.capabilities))
     lengthened = sum(longest_hit(q).length > longest_hit(local_query(q)).length for q in queries)
     assert lengthened > 200 and any(q.hash_unit for q in queries if q.tiers)
     for q in queries:
@@ -265,7 +266,7 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
         ledger.move(admitted.moves)
         seen["stale"] += ledger.problem(groups, prompt, checked).startswith("stale block")
         listed = Reply("answer", checked.listed())
-        seen["wrong hit"] += judge_reply(q, listed, longest_hit(q)).cls != ReplyClass.OK
+        seen["wrong hit"] += judge_reply(Analysis(q), listed).cls != Verdict.OK
         seen["outputs differ"] += not admitted.outputs_match
         ledger.record(groups, prompt, checked, request, request)
         ledger.hold(groups, prompt, checked, request)

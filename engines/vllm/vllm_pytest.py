@@ -24,7 +24,7 @@ Requests and their block hashes are made as vLLM's own tests make them
 ``block_hasher=get_request_block_hasher(block_size, sha256)``), the ``Request``
 keywords filtered by signature as :mod:`kvhit.engines.vllm.compat` does.
 
-    >>> from kvhit.engines.export import ExportEngine
+    >>> from kvhit.engines.pytest_writer import ExportEngine
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2, "eagle": True}],
     ...                  "cached": ["11"], "max_length": 3})
@@ -39,7 +39,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvhit.engines.export import SavedLookup, SavedProgram, lookup_story, program_story, wrapped
+from kvhit.engines.pytest_writer import (
+    SavedLookup,
+    SavedProgram,
+    lookup_story,
+    program_story,
+    wrapped,
+)
 from kvhit.engines.vllm.divergences import DIVERGENCES
 from kvhit.engines.vllm.options import EaglePath
 from kvhit.engines.vllm.release import (
@@ -214,7 +220,9 @@ def documented_classes(q: Query) -> str:
     if not found:
         return "No divergence kvhit documents holds this state."
     lines = ["kvhit documents this state's class (kvhit.engines.vllm.divergences):"]
-    lines += [wrapped(f"- {d.name} ({d.verdict}; vLLM {d.first} … {d.last})", "  ") for d in found]
+    lines += [
+        wrapped(f"- {d.name} ({d.verdict.label}; vLLM {d.first} … {d.last})", "  ") for d in found
+    ]
     return "\n".join(lines)
 
 
