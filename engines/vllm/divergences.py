@@ -156,6 +156,14 @@ def eagle_windows(q: Query) -> bool:
     return len(specs) >= 2
 
 
+def mamba_flagged_beside_drop(q: Query) -> bool:
+    """A Mamba group carrying ``none`` beside an eagle drop, which vLLM's "none flagged:
+    all flagged" rule flags (:func:`kvhit.engines.vllm.release.flagged`)."""
+    return any(g.kind == Kind.MAMBA and g.drafter == Drafter.NONE for g in q.groups) and any(
+        g.eagle for g in q.groups
+    )
+
+
 def full_groups_apart(q: Query) -> bool:
     """Two full attention groups with different specs (vLLM looks them up apart)."""
     return len({spec_key(g) for g in q.groups if g.kind == Kind.FULL}) >= 2
@@ -439,6 +447,25 @@ DIVERGENCES = (
         vllm_length=0,
         vllm_blocks=[[], [], []],
         first="0.20.0",
+    ),
+    Divergence(
+        "a Mamba group flagged beside an eagle drop gets the eagle margin (vLLM #45614)",
+        Verdict.UNSAFE,
+        mamba_flagged_beside_drop,
+        {
+            "groups": [
+                {"kind": "mamba", "block_size": 2, "drafter": "none"},
+                {"kind": "full", "block_size": 1, "eagle": True},
+            ],
+            "cached": [[True], []],
+            "max_length": 3,
+            "num_tokens": 4,
+            "alignment": 2,
+        },
+        vllm_length=2,
+        vllm_blocks=[[0], []],
+        first="0.20.0",
+        last="0.25.0",
     ),
     Divergence(
         "only the first full attention group's blocks are cut to the hit",

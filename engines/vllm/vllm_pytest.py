@@ -80,8 +80,12 @@ EVERY_FEATURE = Release(
     partial_hash_hits=True,
     lookahead_hashes=True,
 )
-"""A release with every feature of :class:`Release` and none of its asserts: what a
-query no release can be asked is refused by."""
+"""A release with every feature of :class:`Release` and none of its asserts."""
+
+BASES = (EVERY_FEATURE, replace(EVERY_FEATURE, partial_hash_hits=False))
+"""The releases a query no release can be asked is refused by: :data:`EVERY_FEATURE`,
+and it without partial hash hits, which turn off hits a release without them lands on
+A (a Mamba block above the hash block, 0.20.0 … 0.25.0)."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,10 @@ class Feature:
     why: str
 
     def needed(self, q: Query) -> bool:
-        """Whether a release without this feature refuses ``q``."""
-        return not capabilities(Asker(replace(EVERY_FEATURE, **self.without))).allows(q)
+        """Whether every release of :data:`BASES` that can be asked ``q`` refuses it
+        without this feature."""
+        asking = [r for r in BASES if asks(r, q)]
+        return all(not asks(replace(r, **self.without), q) for r in asking)
 
 
 def without_param(name: str) -> dict[str, Any]:
@@ -537,10 +543,16 @@ def expected(answer: Answer | None, on: str) -> str:
 
 
 def asked_somewhere(source: str, q: Query) -> None:
-    """BadInput if no vLLM release can be asked ``q`` (a lookup, or a program's shape)."""
-    reason = capabilities(Asker(EVERY_FEATURE)).refusal(q)
-    if reason is not None:
+    """BadInput if no release of :data:`BASES` can be asked ``q`` (a lookup, or a
+    program's shape)."""
+    if not any(asks(r, q) for r in BASES):
+        reason = capabilities(Asker(EVERY_FEATURE)).refusal(q)
         raise BadInput(f"{source}: no vLLM release can be asked this: {reason}")
+
+
+def asks(release: Release, q: Query) -> bool:
+    """Whether ``release`` can be asked ``q``."""
+    return capabilities(Asker(release)).allows(q)
 
 
 def lookup_file(saved: SavedLookup) -> str:
