@@ -14,7 +14,7 @@ The configuration is the ``vllm`` target's (:mod:`kvhit.engines.vllm.target`, on
 the drafters' default path): the same specs, flags and keywords. What differs between
 releases is handled inside the file: a keyword a release may lack is passed only
 where the installed signature takes it, and the API features the query needs
-(:func:`kvhit.engines.vllm.release.refusal`, each feature turned off in turn) are
+(:func:`kvhit.engines.vllm.release.capabilities`, each feature turned off in turn) are
 looked for, the file skipping itself with the reason where one is missing.
 
 Requests and their block hashes are made as vLLM's own tests make them
