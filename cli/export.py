@@ -19,7 +19,13 @@ from kvhit.harness.report import load_disagreement
 from kvhit.importing import import_attr
 from kvhit.inputs import read_text
 from kvhit.model.protocol import QueryError, parse_query
-from kvhit.targets.stateful import decode_admitted, is_program_file, load_program_file
+from kvhit.targets.stateful import (
+    Admission,
+    check_admit,
+    decode_admit,
+    is_program_file,
+    load_program_file,
+)
 from kvhit.targets.wire import BadReturn
 
 GENERATORS = {
@@ -93,9 +99,10 @@ def hit_shows(saved: SavedProgram) -> None:
             f"{saved.source}: a {saved.cls} is not exported: only a wrong hit or a crash "
             "shows in the engine's own calls"
         )
-    admitted = decode_admitted(saved.answer, saved.program.groups)
+    admitted = check_admit(decode_admit(saved.answer), saved.program.config())
     correct = (saved.correct.length, [list(b) for b in saved.correct.blocks])
-    if admitted is None or (admitted.length, admitted.reused_indices()) == correct:
+    listed = admitted.listed() if isinstance(admitted, Admission) else None
+    if listed is None or (listed["length"], listed["blocks"]) == correct:
         raise BadInput(
             f"{saved.source}: the engine's hit is the correct one; what disagreed is in "
             f"the blocks' contents, which a hit does not show ({saved.reason})"

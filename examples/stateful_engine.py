@@ -1,4 +1,5 @@
-"""A small stateful engine, written from scratch, for the stateful protocol (docs/protocol.md).
+"""A small stateful engine, written from scratch, for the stateful contract
+(:class:`kvhit.contract.StatefulEngine`; docs/protocol.md).
 
 Full attention only (anything else is refused as unsupported): one pool of physical
 blocks shared by every group, an index from (group, token prefix through a block's
@@ -6,24 +7,27 @@ end) to the block that holds it, reference counts, and the least recently freed 
 evicted first. Try it with
 ``kvhit fuzz --stateful --kinds full --target kvhit.examples.stateful_engine:FullAttentionEngine``.
 
-    >>> engine = FullAttentionEngine({"groups": [{"kind": "full", "block_size": 2}],
-    ...                               "num_blocks": 4, "alignment": 2})
+kvhit makes it with an :class:`~kvhit.contract.EngineConfig` and reads its typed answers:
+
+    >>> from kvhit.model.spec import Group
+    >>> engine = FullAttentionEngine(EngineConfig((Group("full", 2),), num_blocks=4, alignment=2))
     >>> engine.admit(0, [5, 6, 7])
-    {'length': 0, 'reused': [[]], 'tables': [[0, 1]]}
+    Admitted(length=0, reused=((),), tables=((0, 1),), outputs_match=None, moves=())
     >>> engine.finish(0)
     >>> engine.snapshot([5, 6, 8])
-    {'cached': [[True]]}
+    Snapshot(cached=((True,),), tiers=())
     >>> engine.admit(1, [5, 6, 8])
-    {'length': 2, 'reused': [[0]], 'tables': [[0, 2]]}
+    Admitted(length=2, reused=((0,),), tables=((0, 2),), outputs_match=None, moves=())
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
+from kvhit.contract import Admitted, EngineConfig, Rejected, Snapshot
 from kvhit.errors import Unsupported
+from kvhit.model.spec import Kind
 
 BlockKey = tuple[int, tuple[int, ...]]  # (group, the tokens of the prefix through the block)
 
@@ -31,15 +35,14 @@ BlockKey = tuple[int, tuple[int, ...]]  # (group, the tokens of the prefix throu
 class FullAttentionEngine:
     """A prefix cache for full-attention groups behind the stateful protocol."""
 
-    def __init__(self, config: dict[str, Any]):
-        groups = config["groups"]
-        if any(g["kind"] != "full" or g.get("drafter") for g in groups):
+    def __init__(self, config: EngineConfig):
+        if any(g.kind != Kind.FULL or g.drafter for g in config.groups):
             raise Unsupported("this example serves full attention only, without drafters")
-        if config.get("hash_unit"):
+        if config.hash_unit is not None:
             raise Unsupported("this example caches whole blocks only: no hash unit")
-        self.sizes = [g["block_size"] for g in groups]
-        self.alignment = config["alignment"]
-        self.free = dict.fromkeys(range(config["num_blocks"]))  # in eviction order
+        self.sizes = [g.block_size for g in config.groups]
+        self.alignment = config.alignment
+        self.free = dict.fromkeys(range(config.num_blocks))  # in eviction order
         self.refs: Counter[int] = Counter()
         self.index: dict[BlockKey, int] = {}
         self.key_of: dict[int, BlockKey] = {}
@@ -50,12 +53,14 @@ class FullAttentionEngine:
         b = self.sizes[g]
         return [(g, tuple(tokens[: (j + 1) * b])) for j in range(blocks)]
 
-    def snapshot(self, tokens: Sequence[int]) -> dict[str, Any]:
+    def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """Which full blocks of ``tokens`` each group finds in its index."""
-        rows = []
-        for g, b in enumerate(self.sizes):
-            rows.append([key in self.index for key in self.keys(g, tokens, len(tokens) // b)])
-        return {"cached": rows}
+        return Snapshot(
+            tuple(
+                tuple(key in self.index for key in self.keys(g, tokens, len(tokens) // b))
+                for g, b in enumerate(self.sizes)
+            )
+        )
 
     def hit(self, tokens: Sequence[int]) -> int:
         """The longest multiple of A below T whose blocks every group has cached."""
@@ -68,7 +73,7 @@ class FullAttentionEngine:
             length -= self.alignment
         return length
 
-    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """Reuse the hit's blocks, allocate and cache the rest, or reject if too few
         blocks are free."""
         length = self.hit(tokens)
@@ -79,10 +84,10 @@ class FullAttentionEngine:
         taken = {block for ids in reused for block in ids}
         needed = sum(-(-len(tokens) // b) - length // b for b in self.sizes)
         if needed > sum(block not in taken for block in self.free):
-            return {"rejected": "too few free blocks"}
+            return Rejected("too few free blocks")
         for block in taken:
             self.take(block)
-        tables = []
+        tables: list[tuple[int, ...]] = []
         for g, b in enumerate(self.sizes):
             table = list(reused[g])
             for j in range(length // b, -(-len(tokens) // b)):
@@ -92,9 +97,9 @@ class FullAttentionEngine:
                 if (j + 1) * b <= len(tokens):
                     self.cache((g, tuple(tokens[: (j + 1) * b])), block)
                 table.append(block)
-            tables.append(table)
+            tables.append(tuple(table))
         self.tables[request] = [block for table in tables for block in table]
-        return {"length": length, "reused": reused, "tables": tables}
+        return Admitted(length, tuple(map(tuple, reused)), tuple(tables))
 
     def finish(self, request: int) -> None:
         """Release the request's blocks; a block nobody holds becomes evictable, most

@@ -3,7 +3,7 @@
 
 An engine's index says which blocks are cached under which hash; the ledger keeps
 the truth that index is supposed to describe. It learns it from the block tables a
-stateful engine reports on ``admit`` (:mod:`kvhit.targets.stateful`): a
+stateful engine reports on ``admit`` (an :class:`~kvhit.targets.stateful.Admission`): a
 request of tokens t (T of them) with a hit of L tokens computes every block from
 index L // b on, so block j of group g's table now holds t's KV up to the end of
 block j, or up to T for a partial last block (:func:`written_end`; a Mamba block
@@ -27,13 +27,14 @@ notes what each must keep holding, and :meth:`Ledger.overwritten` says which one
 longer does: an *overwritten block*, handed to another request while this one runs.
 
     >>> from kvhit.model.spec import Group
-    >>> from kvhit.targets.stateful import Admitted, Direction, TierMove
+    >>> from kvhit.contract import Admitted
+    >>> from kvhit.targets.stateful import Admission
     >>> groups = (Group("full", 2),)
     >>> ledger = Ledger()
-    >>> ledger.record(groups, (1, 2, 3), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
-    >>> ledger.problem(groups, (1, 2, 4), Admitted(2, ((5,),), ((5, 7),)))
+    >>> ledger.record(groups, (1, 2, 3), Admission(Admitted(0, ((),), ((5, 6),))), request=0, op=1)
+    >>> ledger.problem(groups, (1, 2, 4), Admission(Admitted(2, ((5,),), ((5, 7),))))
     ''
-    >>> ledger.problem(groups, (9, 9, 4), Admitted(2, ((5,),), ((5, 7),)))
+    >>> ledger.problem(groups, (9, 9, 4), Admission(Admitted(2, ((5,),), ((5, 7),))))
     'stale block: group 0 block 0 is physical block 5, which holds [1 2] (written by r0 at op 1); this request needs [9 9]'
 
 With a lookahead of 2 tokens, block 0 of [1 2 3] was written by a request that had
@@ -41,8 +42,8 @@ only one token past it, so a hit of 2 cannot have found it by its key:
 
     >>> groups = (Group("full", 2, drafter="lookahead", lookahead=2),)
     >>> ledger = Ledger()
-    >>> ledger.record(groups, (1, 2, 3), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
-    >>> ledger.problem(groups, (1, 2, 3, 4, 5), Admitted(2, ((5,),), ((5, 7, 8),)))
+    >>> ledger.record(groups, (1, 2, 3), Admission(Admitted(0, ((),), ((5, 6),))), request=0, op=1)
+    >>> ledger.problem(groups, (1, 2, 3, 4, 5), Admission(Admitted(2, ((5,),), ((5, 7, 8),))))
     'stale block: group 0 block 0 is physical block 5, which holds [1 2 3] (written by r0 at op 1); this request needs [1 2 3 4] (2 tokens past the block for its lookahead key)'
 """
 
@@ -51,8 +52,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvhit.contract import Direction, TierMove
 from kvhit.model.spec import Drafter, Group, Kind, Query, answer_at, window_before
-from kvhit.targets.stateful import Admitted, Direction, TierMove
+from kvhit.targets.stateful import Admission
 
 
 @dataclass(frozen=True)
@@ -169,10 +171,10 @@ class Ledger:
             else:
                 self.blocks.pop(m.block, None)
 
-    def problem(self, groups: Sequence[Group], tokens: Sequence[int], admitted: Admitted) -> str:
+    def problem(self, groups: Sequence[Group], tokens: Sequence[int], admitted: Admission) -> str:
         """Why the hit reads a block that does not hold this request's tokens, or ''."""
         tokens = tuple(tokens)
-        length = admitted.length
+        length = admitted.admitted.length
         q = Query(tuple(groups), tuple(() for _ in groups), length, length + 1, 1, self.hash_unit)
         reads = answer_at(q, length).blocks
         for i, (g, read) in enumerate(zip(groups, reads)):
@@ -216,12 +218,12 @@ class Ledger:
         self,
         groups: Sequence[Group],
         tokens: Sequence[int],
-        admitted: Admitted,
+        admission: Admission,
         request: int,
         op: int,
     ) -> None:
         """The request computed its blocks from the hit on: note what they hold now."""
-        tokens = tuple(tokens)
+        tokens, admitted = tuple(tokens), admission.admitted
         for i, (g, table) in enumerate(zip(groups, admitted.tables)):
             for j in range(admitted.length // g.block_size, len(table)):
                 block = table[j]
@@ -231,13 +233,13 @@ class Ledger:
                     self.blocks[block] = Content(i, held, request, op, end, j * g.block_size)
 
     def hold(
-        self, groups: Sequence[Group], tokens: Sequence[int], admitted: Admitted, request: int
+        self, groups: Sequence[Group], tokens: Sequence[int], admission: Admission, request: int
     ) -> None:
         """The request runs on: until it finishes, every block of its tables that it
         still reads (:func:`still_read`) must keep its tokens' KV (a Mamba block the
         state the request left there)."""
         tokens, needs = tuple(tokens), []
-        for i, (g, table) in enumerate(zip(groups, admitted.tables)):
+        for i, (g, table) in enumerate(zip(groups, admission.admitted.tables)):
             for j in still_read(g, len(tokens)):
                 block = table[j] if j < len(table) else None
                 if block is None:

@@ -40,6 +40,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.draw import draw
 from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
@@ -47,14 +48,15 @@ from kvhit.model.spec import Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import (
     PROGRAM_FORMAT,
+    Admission,
     Admit,
-    Admitted,
+    Create,
     Finish,
+    Look,
     Op,
     Program,
-    decode_admitted,
-    decode_snapshot,
-    decode_snapshot_tiers,
+    check_admit,
+    check_snapshot,
 )
 from kvhit.targets.wire import BadReturn, decode_answer, json_safe
 
@@ -62,12 +64,20 @@ from kvhit.targets.wire import BadReturn, decode_answer, json_safe
 @dataclass(frozen=True)
 class Step:
     """One operation run: its outcome, and for an admit the snapshot it was judged
-    on and the engine's answer."""
+    on, the engine's answer in its protocol form and, when kvhit accepted it, the
+    admission it checked."""
 
     op: Op | None  # None: the engine's creation
     outcome: Outcome
     snapshot: Query | None = None
     answer: Any = None
+    admission: Admission | None = None
+
+
+def answer_json(value: Any) -> Any:
+    """An engine's answer as the saved record holds it: a typed answer's protocol form,
+    anything else as plain JSON."""
+    return value.to_json() if isinstance(value, Admitted | Rejected) else json_safe(value)
 
 
 def failed(reply: Reply, what: str) -> Outcome:
@@ -82,16 +92,18 @@ class ProgramRun:
     runner: Runner
     program: Program
     ledger: Ledger = field(init=False)
+    config: EngineConfig = field(init=False)
     running: set[int] = field(default_factory=set)
     steps: list[Step] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.program.hash_unit)
+        self.config = self.program.config()
 
     def start(self) -> Outcome:
         """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...), which
         is then the run's one step."""
-        reply = self.runner({"op": "create", **self.program.config()})
+        reply = self.runner(Create(self.config))
         if reply.status == "answer":
             return Outcome(ReplyClass.OK)
         outcome = failed(reply, "create")
@@ -115,65 +127,57 @@ class ProgramRun:
             return Step(op, Outcome(ReplyClass.OK))
         self.running.discard(op.request)
         self.ledger.release(op.request)
-        reply = self.runner(op.to_json())
+        reply = self.runner(op)
         return Step(
             op, Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "finish")
         )
 
     def snapshot(self, op: Admit) -> Query | Outcome:
         """The engine's own view of the request's blocks, as a protocol query."""
-        reply = self.runner({"op": "snapshot", "tokens": list(op.tokens)})
+        reply = self.runner(Look(op.tokens, self.config))
         if reply.status != "answer":
             return failed(reply, "snapshot")
-        p = self.program
         try:
-            rows = decode_snapshot(reply.value, p.groups, p.hash_unit)
-            tiers = decode_snapshot_tiers(reply.value, p.groups, p.tiers, p.hash_unit)
+            seen = check_snapshot(reply.value, self.config)
         except BadReturn as err:
             return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
-        t = len(op.tokens)
-        return Query(p.groups, rows, t - 1, t, p.alignment, p.hash_unit, tiers)
+        p, t = self.program, len(op.tokens)
+        return Query(p.groups, seen.cached, t - 1, t, p.alignment, p.hash_unit, seen.tiers)
 
     def admit(self, op: Admit) -> Step:
         """Snapshot, admit, and judge the hit against the ledger and the snapshot."""
         q = self.snapshot(op)
         if isinstance(q, Outcome):
             return Step(op, q)
-        reply = self.runner(op.to_json())
+        reply = self.runner(op)
+        answer = answer_json(reply.value)
         if reply.status != "answer":
-            return Step(op, failed(reply, "admit"), q)
-        answer = json_safe(reply.value)
+            return Step(op, failed(reply, "admit"), q, answer)
         try:
-            admitted = decode_admitted(reply.value, q.groups, len(self.program.tiers))
-            if admitted is not None:
-                decode_answer(q, self.listed(admitted))
+            checked = check_admit(reply.value, self.config)
+            if isinstance(checked, Admission):
+                decode_answer(q, checked.listed())
         except BadReturn as err:
             return Step(op, Outcome(ReplyClass.BAD_RETURN, reason=str(err)), q, answer)
-        if admitted is None:
-            return Step(
-                op, Outcome(ReplyClass.REJECTED, reason=str(reply.value["rejected"])), q, answer
-            )
+        if isinstance(checked, Rejected):
+            return Step(op, Outcome(ReplyClass.REJECTED, reason=checked.reason), q, answer)
         self.running.add(op.request)
-        self.ledger.move(admitted.moves)
-        outcome = self.judge(q, op, admitted)
-        self.ledger.record(q.groups, op.tokens, admitted, op.request, len(self.steps) + 1)
-        self.ledger.hold(q.groups, op.tokens, admitted, op.request)
-        return Step(op, outcome, q, answer)
+        self.ledger.move(checked.admitted.moves)
+        outcome = self.judge(q, op, checked)
+        self.ledger.record(q.groups, op.tokens, checked, op.request, len(self.steps) + 1)
+        self.ledger.hold(q.groups, op.tokens, checked, op.request)
+        return Step(op, outcome, q, answer, checked)
 
-    @staticmethod
-    def listed(admitted: Admitted) -> dict[str, Any]:
-        """The admit as a stateless answer: the length and the reused block indices."""
-        return {"length": admitted.length, "blocks": admitted.reused_indices()}
-
-    def judge(self, q: Query, op: Admit, admitted: Admitted) -> Outcome:
+    def judge(self, q: Query, op: Admit, admission: Admission) -> Outcome:
         """Ledger first (a stale block is the worst finding), then the snapshot."""
-        stale = self.ledger.problem(q.groups, op.tokens, admitted)
+        length = admission.admitted.length
+        stale = self.ledger.problem(q.groups, op.tokens, admission)
         if stale:
-            return Outcome(ReplyClass.UNSAFE, admitted.length, stale)
-        outcome = judge_reply(q, Reply("answer", self.listed(admitted)), longest_hit(q))
-        if outcome.disagrees or admitted.outputs_match is not False:
+            return Outcome(ReplyClass.UNSAFE, length, stale)
+        outcome = judge_reply(q, Reply("answer", admission.listed()), longest_hit(q))
+        if outcome.disagrees or admission.admitted.outputs_match is not False:
             return outcome
-        return Outcome(ReplyClass.UNSAFE, admitted.length, "served outputs differ from scratch")
+        return Outcome(ReplyClass.UNSAFE, length, "served outputs differ from scratch")
 
 
 def run_program(runner: Runner, program: Program) -> list[Step]:
@@ -264,11 +268,9 @@ class ProgramDisagreement:
         lines.append(f"{self.cls}: {self.reason}")
         q = self.last.snapshot
         if q is not None:
-            answer = self.last.answer
-            marked = None
-            if self.cls in ("unsafe", "lost_reuse", "wrong_blocks") and isinstance(answer, dict):
-                admitted = decode_admitted(answer, q.groups, len(p.tiers))
-                marked = admitted.reused_indices() if admitted else None
+            admission = self.last.admission
+            judged = admission is not None and self.cls in ("unsafe", "lost_reuse", "wrong_blocks")
+            marked = admission.reused_indices() if judged and admission is not None else None
             lines.append("the engine's own snapshot at that lookup (@ = reused):")
             lines.append(draw(q, marked))
             lines.append(f"reference answer on that snapshot L* = {longest_hit(q).length}")

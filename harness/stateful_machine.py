@@ -51,6 +51,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvhit.contract import Store
 from kvhit.harness.random_cases import (
     CHOICES,
     TIER_NAMES,
@@ -69,7 +70,7 @@ from kvhit.harness.strategies import COIN, HASH_UNITS, group_configs
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import Runner
-from kvhit.targets.stateful import Admit, Finish, Program, Store
+from kvhit.targets.stateful import Admit, Finish, Program
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
 PROGRAMS_PER_RUN = 25  # programs per Hypothesis run

@@ -285,8 +285,13 @@ class Coordinator:
         return first, ids[last]
 
     def snapshot(self, request: Request, max_length: int | None = None) -> dict[str, Any]:
-        """The cache state the request sees, as a normalized protocol query: the pool's
-        rows, and each offload store as a tier with a row for every group it holds."""
+        """The cache state the request sees, as a normalized protocol query
+        (:meth:`state`)."""
+        return self.state(request, max_length).to_json()
+
+    def state(self, request: Request, max_length: int | None = None) -> Query:
+        """The cache state the request sees, as a query: the pool's rows, and each
+        offload store as a tier with a row for every group it holds."""
         rows = self.rows(self.cached_ids(request))
         tiers = tuple(
             Tier(
@@ -309,7 +314,7 @@ class Coordinator:
             self.alignment,
             self.hash_unit,
             tiers,
-        ).to_json()
+        )
 
     def rows(self, ids: Sequence[torch.Tensor]) -> tuple[tuple[Any, ...], ...]:
         """Protocol rows of each group's blocks, from where each keyed unit is held

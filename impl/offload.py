@@ -34,11 +34,11 @@ from typing import Protocol
 
 import torch
 
+from kvhit.contract import Direction, TierMove
 from kvhit.impl.hashing import BlockHasher
 from kvhit.impl.pool import BlockPool, Entry
 from kvhit.impl.tiny_model import PagedStore
 from kvhit.model.spec import Group, Kind
-from kvhit.targets.stateful import Direction, TierMove
 
 
 class OffloadStore:
@@ -106,9 +106,9 @@ class Move:
     block: int
     slot: int
 
-    def to_json(self) -> list[object]:
-        """The stateful protocol's form (:class:`~kvhit.targets.stateful.TierMove`)."""
-        return TierMove(self.direction, self.block, self.tier, self.slot).to_json()
+    def tier_move(self) -> TierMove:
+        """The stateful contract's form (its group left out: a block id names it)."""
+        return TierMove(self.direction, self.block, self.tier, self.slot)
 
 
 class Transfers:

@@ -216,15 +216,25 @@ def parse_partial(obj: dict[str, Any], field: str, j: int, g: Group, hash_unit: 
     if hash_unit is None:
         raise QueryError(field, "a partial block needs the query's hash_unit")
     end = _int(obj.get("upto"), f"{field}.upto", 1)
+    problem = partial_problem(end, j, g, hash_unit)
+    if problem is not None:
+        raise QueryError(f"{field}.upto", problem)
+    return Upto(end)
+
+
+def partial_problem(end: int, j: int, g: Group, hash_unit: int) -> str | None:
+    """Why a partial block j of group g cannot end at ``end`` (a multiple of the hash
+    unit strictly inside the block), or None.
+
+    >>> partial_problem(6, 1, Group("full", 4), 2) is None, partial_problem(8, 1, Group("full", 4), 2)
+    (True, '8 is not a fine boundary inside block 1 (tokens 4 … 7)')
+    """
     if end % hash_unit:
-        raise QueryError(f"{field}.upto", f"{end} is not a multiple of hash_unit ({hash_unit})")
+        return f"{end} is not a multiple of hash_unit ({hash_unit})"
     start, stop = j * g.block_size, (j + 1) * g.block_size
     if not start < end < stop:
-        raise QueryError(
-            f"{field}.upto",
-            f"{end} is not a fine boundary inside block {j} (tokens {start} … {stop - 1})",
-        )
-    return Upto(end)
+        return f"{end} is not a fine boundary inside block {j} (tokens {start} … {stop - 1})"
+    return None
 
 
 def parse_query(obj: Any) -> Query:

@@ -54,11 +54,16 @@ from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 from kvhit.targets import registry
 from kvhit.targets.registry import Mode
-from kvhit.targets.stateful import EngineHost
+from kvhit.targets.stateful import EngineHost, Message
+from kvhit.targets.wire import BadReturn
 
-Target = LookupTarget | Callable[[dict[str, Any]], Any]
+Target = LookupTarget | Callable[[dict[str, Any]], Any] | EngineHost
 """What a runner in this process calls: a lookup target, or a host of stateful
 messages (:class:`kvhit.targets.stateful.EngineHost`)."""
+
+Sent = dict[str, Any] | Query | Message
+"""What a runner is handed: a protocol message, a parsed query, or a typed stateful
+message (:data:`kvhit.targets.stateful.Message`)."""
 
 CALL_TIMEOUT = 10.0
 LOAD_TIMEOUT = 120.0  # importing a target, or starting its worker or program
@@ -230,7 +235,7 @@ def counted(n: int, thing: str) -> str:
     return f"{n:,} {thing}{'' if n == 1 else 's'}"
 
 
-def crash_detail(err: Exception, message: dict[str, Any] | Query) -> str:
+def crash_detail(err: Exception, message: Sent) -> str:
     """What a target's exception says: its type, message and where it was raised; for
     a MemoryError (whose message is often empty) also the line that was running and
     the size of what the target was given."""
@@ -239,11 +244,11 @@ def crash_detail(err: Exception, message: dict[str, Any] | Query) -> str:
     traceback.clear_frames(err.__traceback__)  # free what the target allocated
     frame = raised_at(err)
     running = f" running `{frame.line}`" if frame is not None and frame.line else ""
-    as_json = message.to_json() if isinstance(message, Query) else message
+    as_json = message if isinstance(message, dict) else message.to_json()
     return f"{described(err)}: out of memory{running} on {size_of(as_json)}"
 
 
-def call_target(func: Target, message: dict[str, Any] | Query, limit: float | None = None) -> Reply:
+def call_target(func: Target, message: Sent, limit: float | None = None) -> Reply:
     """Call a Python target on one message within ``limit`` seconds (None: no limit),
     its stdout kept aside: its answer, or why there is none."""
     with captured() as out:
@@ -260,13 +265,16 @@ def call_target(func: Target, message: dict[str, Any] | Query, limit: float | No
     return Reply("answer", value)
 
 
-def answer_of(func: Target, message: dict[str, Any] | Query) -> Any:
+def answer_of(func: Target, message: Sent) -> Any:
     """What ``func`` answers to ``message``: a lookup target is asked the query (a
     protocol message is parsed first, at the process boundary), a host of stateful
-    messages gets the message."""
+    messages gets the typed message."""
     if isinstance(func, LookupTarget):
         return func.ask(message if isinstance(message, Query) else parse_query(message))
-    assert not isinstance(message, Query), "a stateful host takes protocol messages"
+    if isinstance(func, EngineHost):
+        assert not isinstance(message, dict | Query), "a stateful host takes typed messages"
+        return func(message)
+    assert isinstance(message, dict), "a function of protocol messages takes one"
     return func(message)
 
 
@@ -311,7 +319,7 @@ class CallableRunner:
         self.timeout = timeout
         self.load_seconds = load_seconds
 
-    def __call__(self, query: dict[str, Any]) -> Reply:
+    def __call__(self, query: dict[str, Any] | Message) -> Reply:
         return call_target(self.func, query, self.timeout)
 
     def ask(self, q: Query) -> Reply:
@@ -413,7 +421,9 @@ class CommandRunner:
         """The program's reply to a parsed lookup query, sent as JSON."""
         return self(q.to_json())
 
-    def __call__(self, query: dict[str, Any]) -> Reply:
+    def __call__(self, query: dict[str, Any] | Message) -> Reply:
+        """The program's reply to a protocol message, or to a stateful message (sent as
+        its JSON, the line read back as its typed answer: :meth:`decoded`)."""
         allowance = 0.0
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
@@ -421,7 +431,8 @@ class CommandRunner:
         proc = self.proc
         assert proc.stdin is not None
         try:
-            proc.stdin.write(json.dumps(query).encode() + b"\n")
+            sent = query if isinstance(query, dict) else query.to_json()
+            proc.stdin.write(json.dumps(sent).encode() + b"\n")
             proc.stdin.flush()
         except BrokenPipeError:
             return self.crashed("the program exited before reading the query")
@@ -445,7 +456,18 @@ class CommandRunner:
                 f"not JSON: {text[:80]!r} (stdout carries only answers; "
                 "print anything else to stderr)",
             )
-        return self.reply_for(value)
+        reply = self.reply_for(value)
+        if isinstance(query, dict) or reply.status != "answer":
+            return reply
+        return self.decoded(query, reply)
+
+    @staticmethod
+    def decoded(message: Message, reply: Reply) -> Reply:
+        """A stateful answer line as ``message``'s typed answer, or ``bad_return``."""
+        try:
+            return Reply("answer", message.decode(reply.value))
+        except BadReturn as err:
+            return Reply("bad_return", reply.value, str(err))
 
     def close(self, kill: bool = False) -> None:
         """Stop the program: end its input and wait a moment, then kill it (at once

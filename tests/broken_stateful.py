@@ -11,13 +11,14 @@ from typing import Any
 
 import torch
 
+from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.errors import Unsupported
 from kvhit.impl.coordinator import CacheHit, Request
 from kvhit.impl.stateful_target import StatefulImpl
 from kvhit.model.spec import reused_range
 
 
-def forgetful_pool(config: dict[str, Any]) -> StatefulImpl:
+def forgetful_pool(config: EngineConfig) -> StatefulImpl:
     """The pool forgets to drop a block's hash when it reallocates the block: the
     old hash still finds the block after a new request has overwritten it."""
     engine = StatefulImpl(config)
@@ -26,7 +27,7 @@ def forgetful_pool(config: dict[str, Any]) -> StatefulImpl:
     return engine
 
 
-def freed_after_prefill(config: dict[str, Any]) -> StatefulImpl:
+def freed_after_prefill(config: EngineConfig) -> StatefulImpl:
     """A request's blocks go back to the pool when its prefill is done, as if it had
     finished: the next allocation evicts them and hands them to another request while
     the first still runs on them. Eviction drops their hashes, so no lookup ever finds
@@ -41,12 +42,12 @@ def freed_after_prefill(config: dict[str, Any]) -> StatefulImpl:
 CONTEXT_BLOCKS = 16
 
 
-def short_context_keys(config: dict[str, Any]) -> StatefulImpl:
+def short_context_keys(config: EngineConfig) -> StatefulImpl:
     """A block's key covers only the last 16 blocks of context (the block's own tokens
     and the 15 blocks before), not the whole prefix: prompts that differ only earlier
     find each other's blocks, and so does a prompt that repeats itself. (Blocks only:
     with a hash unit, keys are per unit.)"""
-    if config.get("hash_unit"):
+    if config.hash_unit is not None:
         raise Unsupported("whole blocks only")
     engine = StatefulImpl(config)
     for hasher in engine.engine.coord.hashers.values():
@@ -66,7 +67,7 @@ def keys_of_last_blocks(
     return torch.tensor(keys, dtype=torch.int64)
 
 
-def window_drop_keeps_hash(config: dict[str, Any]) -> StatefulImpl:
+def window_drop_keeps_hash(config: EngineConfig) -> StatefulImpl:
     """Blocks freed when they leave a window (or chunk) go back to the pool as plain
     free blocks, but their hash stays in the index: still findable after reuse."""
     engine = StatefulImpl(config)
@@ -85,11 +86,11 @@ def window_drop_keeps_hash(config: dict[str, Any]) -> StatefulImpl:
     return engine
 
 
-def first_full_truncated(config: dict[str, Any]) -> StatefulImpl:
+def first_full_truncated(config: EngineConfig) -> StatefulImpl:
     """Of several full-attention groups, only the first is truncated to the common
     hit; the others keep every block of their own prefix hit. (Blocks only: with a
     hash unit its own hit is in units, a bug of another class.)"""
-    if config.get("hash_unit"):
+    if config.hash_unit is not None:
         raise Unsupported("whole blocks only")
     engine = StatefulImpl(config)
     coord = engine.engine.coord
@@ -113,7 +114,7 @@ def first_full_truncated(config: dict[str, Any]) -> StatefulImpl:
     return engine
 
 
-def forgetful_and_falls_over(config: dict[str, Any]) -> StatefulImpl:
+def forgetful_and_falls_over(config: EngineConfig) -> StatefulImpl:
     """:func:`forgetful_pool`'s bug, and every finish raises once it has freed the
     request's blocks: a program that ends in a stale block has usually crashed before."""
     engine = forgetful_pool(config)
@@ -127,7 +128,7 @@ def forgetful_and_falls_over(config: dict[str, Any]) -> StatefulImpl:
     return engine
 
 
-def fails_to_start(config: dict[str, Any]) -> StatefulImpl:
+def fails_to_start(config: EngineConfig) -> StatefulImpl:
     """An engine that cannot be created at all."""
     raise RuntimeError("no engine today")
 
@@ -135,7 +136,7 @@ def fails_to_start(config: dict[str, Any]) -> StatefulImpl:
 class Interrupted(StatefulImpl):
     """An engine whose second admit is cut short by Ctrl-C."""
 
-    def admit(self, request: int, tokens: Any) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Any) -> Admitted | Rejected:
         if self.requests:
             raise KeyboardInterrupt
         return super().admit(request, tokens)

@@ -12,6 +12,7 @@ from kvhit.model.spec import (
     DRAFTERS,
     KINDS,
     Drafter,
+    Group,
     Kind,
     Query,
     Upto,
@@ -140,17 +141,16 @@ def test_the_target_builds_exactly_the_fine_rows() -> None:
 
 
 def test_the_stateful_impl_serves_a_partially_filled_block() -> None:
+    from kvhit.contract import Admitted, EngineConfig, Snapshot
     from kvhit.impl.stateful_target import StatefulImpl
 
-    groups = [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}]
-    engine = StatefulImpl({"groups": groups, "num_blocks": 16, "hash_unit": 2})
+    groups = (Group("full", 4), Group("mamba", 4))
+    engine = StatefulImpl(EngineConfig(groups, num_blocks=16, alignment=2, hash_unit=2))
     first = engine.admit(0, [1, 2, 3, 1, 2, 3, 1, 2, 3, 1])
-    assert first["length"] == 0 and first["outputs_match"]
+    assert isinstance(first, Admitted) and first.length == 0 and first.outputs_match
     prompt = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 0, 0, 1]
-    assert engine.snapshot(prompt) == {
-        "cached": [[True, True, {"upto": 10}], [True, True, {"upto": 10}]]
-    }
+    assert engine.snapshot(prompt) == Snapshot(((True, True, Upto(10)), (True, True, Upto(10))))
     second = engine.admit(1, prompt)
     # The partially filled block 2 is reused through a copy: the request's own block.
-    assert second["length"] == 10 and second["outputs_match"]
-    assert second["reused"][0][2] not in second["tables"][0]
+    assert isinstance(second, Admitted) and second.length == 10 and second.outputs_match
+    assert second.reused[0][2] not in second.tables[0]

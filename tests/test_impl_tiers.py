@@ -15,11 +15,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from test_impl_fine import spec_answer
 from test_impl_workloads import Workload, check_every_candidate, random_workload, servable
 
+from kvhit.contract import Direction, EngineConfig, Store
 from kvhit.harness.compare import ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import QueryShape, random_queries
@@ -37,7 +37,7 @@ from kvhit.model.spec import LOCAL, Group, Kind, Query, local_query, longest_hit
 from kvhit.model.tiers import Load, hit_plan
 from kvhit.targets.registry import get, model_target
 from kvhit.targets.runner import Reply
-from kvhit.targets.stateful import Direction, decode_admitted
+from kvhit.targets.stateful import Admission, check_admit, check_snapshot
 
 impl_target = get("impl")
 ALL = frozenset(Kind)
@@ -235,18 +235,14 @@ def test_the_impl_target_answers_tiered_queries_like_the_model() -> None:
         assert impl_target(query) == model_target(query), query
 
 
-def program_config(workload: TieredWorkload, alignment: int) -> dict[str, Any]:
-    """The stateful ``create`` message of the workload's engine."""
-    config: dict[str, Any] = {
-        "groups": [g.to_json() for g in workload.groups],
-        "num_blocks": workload.num_blocks,
-        "alignment": alignment,
-        "tiers": [
-            {"name": f"store{i}", "holds": sorted(holds), "num_blocks": slots}
-            for i, (holds, slots) in enumerate(workload.stores)
-        ],
-    }
-    return config if workload.hash_unit is None else {**config, "hash_unit": workload.hash_unit}
+def program_config(workload: TieredWorkload, alignment: int, num_blocks: int) -> EngineConfig:
+    """The configuration of the workload's stateful engine, of ``num_blocks`` blocks."""
+    stores = tuple(
+        Store(f"store{i}", frozenset(map(Kind, holds)), slots)
+        for i, (holds, slots) in enumerate(workload.stores)
+    )
+    groups = tuple(workload.groups)
+    return EngineConfig(groups, num_blocks, alignment, workload.hash_unit, stores)
 
 
 def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> Counter[str]:
@@ -254,25 +250,25 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
     judge every admit by the ledger (following the moves through the stores), on its
     own tiered snapshot, and by its outputs, and check that no running request's block
     is overwritten. Counts the admits that restored, and each kind of failure."""
-    config = program_config(workload, engine.engine.coord.alignment)
-    groups = tuple(workload.groups)
+    config = program_config(workload, engine.engine.coord.alignment, workload.num_blocks)
+    groups = config.groups
     ledger = Ledger(workload.hash_unit)
     seen: Counter[str] = Counter()
     running: list[int] = []
     for request, prompt in enumerate(workload.prompts):
         t = len(prompt)
-        shared = {key: config[key] for key in ("groups", "alignment", "hash_unit") if key in config}
-        q = parse_query({**shared, **engine.snapshot(prompt), "max_length": t - 1, "num_tokens": t})
-        answer = engine.admit(request, prompt)
-        admitted = decode_admitted(answer, groups, len(workload.stores))
-        assert admitted is not None, "the pool holds two of the longest prompt"
+        own = check_snapshot(engine.snapshot(prompt), config)
+        q = Query(groups, own.cached, t - 1, t, config.alignment, config.hash_unit, own.tiers)
+        checked = check_admit(engine.admit(request, prompt), config)
+        assert isinstance(checked, Admission), "the pool holds two of the longest prompt"
+        admitted = checked.admitted
         ledger.move(admitted.moves)
-        seen["stale"] += ledger.problem(groups, prompt, admitted).startswith("stale block")
-        listed = Reply("answer", {"length": admitted.length, "blocks": admitted.reused_indices()})
+        seen["stale"] += ledger.problem(groups, prompt, checked).startswith("stale block")
+        listed = Reply("answer", checked.listed())
         seen["wrong hit"] += judge_reply(q, listed, longest_hit(q)).cls != ReplyClass.OK
-        seen["outputs differ"] += not answer["outputs_match"]
-        ledger.record(groups, prompt, admitted, request, request)
-        ledger.hold(groups, prompt, admitted, request)
+        seen["outputs differ"] += not admitted.outputs_match
+        ledger.record(groups, prompt, checked, request, request)
+        ledger.hold(groups, prompt, checked, request)
         running.append(request)
         if len(running) > 1:
             finished = running.pop(0)
@@ -286,8 +282,8 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
 def stateful_engine(workload: TieredWorkload, seed: int) -> StatefulImpl:
     """The stateful impl of the workload, its pool large enough for two of the longest
     prompt."""
-    config = program_config(workload, workload.engine(seed).coord.alignment)
-    return StatefulImpl({**config, "num_blocks": 2 * workload.num_blocks - 1}, seed)
+    alignment = workload.engine(seed).coord.alignment
+    return StatefulImpl(program_config(workload, alignment, 2 * workload.num_blocks - 1), seed)
 
 
 FAILURES = ("stale", "wrong hit", "outputs differ", "overwritten")

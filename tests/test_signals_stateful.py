@@ -16,6 +16,7 @@ from test_harness_cli import HERE, kvhit
 from test_stateful import Recorder, admit, open_stateful, program
 
 from kvhit.cli.main import main
+from kvhit.contract import Admitted
 from kvhit.harness import stateful_machine
 from kvhit.harness import tally as tally_module
 from kvhit.harness.ledger import Ledger
@@ -23,7 +24,7 @@ from kvhit.harness.random_cases import Choice
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Group
-from kvhit.targets.stateful import Admitted, load_program_file
+from kvhit.targets.stateful import Admission, load_program_file
 
 BROKEN = "broken_stateful"
 STOLEN = f"{BROKEN}:freed_after_prefill"
@@ -47,12 +48,12 @@ def write_program(path: Path, config: dict[str, Any], *ops: dict[str, Any]) -> s
 def test_the_ledger_watches_the_blocks_a_running_request_reads() -> None:
     groups = (Group("full", 2),)
     ledger = Ledger()
-    first = Admitted(0, ((),), ((5, 6),))
+    first = Admission(Admitted(0, ((),), ((5, 6),)))
     ledger.record(groups, (1, 2, 3), first, request=0, op=1)
     ledger.hold(groups, (1, 2, 3), first, request=0)
     assert ledger.overwritten() == ""
     # block 6 is handed to r1, which writes its own tokens there
-    ledger.record(groups, (7, 7, 7, 7), Admitted(0, ((),), ((8, 6),)), request=1, op=2)
+    ledger.record(groups, (7, 7, 7, 7), Admission(Admitted(0, ((),), ((8, 6),))), request=1, op=2)
     assert ledger.overwritten() == (
         "overwritten block: r0, still running, reads group 0 block 1, physical block 6, "
         "which holds [7 7 7 7] (written by r1 at op 2); r0 needs [1 2 3]"
@@ -64,22 +65,24 @@ def test_the_ledger_watches_the_blocks_a_running_request_reads() -> None:
 def test_a_window_reads_only_its_last_blocks_while_it_runs() -> None:
     groups = (Group("sliding_window", 1, window=2),)
     ledger = Ledger()
-    first = Admitted(0, ((),), ((5, 6, 7),))
+    first = Admission(Admitted(0, ((),), ((5, 6, 7),)))
     ledger.record(groups, (1, 2, 3), first, request=0, op=1)
     ledger.hold(groups, (1, 2, 3), first, request=0)
     # blocks 5 and 6 left the window: another request may take them
-    ledger.record(groups, (4, 4), Admitted(0, ((),), ((5, 6),)), request=1, op=2)
+    ledger.record(groups, (4, 4), Admission(Admitted(0, ((),), ((5, 6),))), request=1, op=2)
     assert ledger.overwritten() == ""
-    ledger.record(groups, (4, 4, 4), Admitted(2, ((5, 6),), ((5, 6, 7),)), request=2, op=3)
+    ledger.record(
+        groups, (4, 4, 4), Admission(Admitted(2, ((5, 6),), ((5, 6, 7),))), request=2, op=3
+    )
     assert ledger.overwritten().startswith("overwritten block: r0, still running, reads group 0")
 
 
 def test_a_block_found_at_another_position_is_stale() -> None:
     groups = (Group("full", 1),)
     ledger = Ledger()
-    ledger.record(groups, (0, 0), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
+    ledger.record(groups, (0, 0), Admission(Admitted(0, ((),), ((5, 6),))), request=0, op=1)
     # block 6 holds the KV of token 1 of [0 0]; a hit reading it as token 0 is stale
-    stale = ledger.problem(groups, (0, 1), Admitted(1, ((6,),), ((6, 7),)))
+    stale = ledger.problem(groups, (0, 1), Admission(Admitted(1, ((6,),), ((6, 7),))))
     assert stale == (
         "stale block: group 0 block 0 is physical block 6, which holds [0 0] from token 1 "
         "(written by r0 at op 1); this request needs [0]"

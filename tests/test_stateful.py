@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,23 +12,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from test_harness_cli import HERE, kvhit
 
+from kvhit.contract import Admitted, Direction, EngineConfig, Rejected, Snapshot, TierMove
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import CHOICES, Choice
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, engines, run_programs
 from kvhit.impl.stateful_target import StatefulImpl
 from kvhit.model.protocol import QueryError
-from kvhit.model.spec import Group
+from kvhit.model.spec import Group, Upto
 from kvhit.targets.registry import Mode
-from kvhit.targets.runner import CallableRunner, Reply, Runner
+from kvhit.targets.runner import CallableRunner, CommandRunner, Reply, Runner
 from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import (
+    Admission,
     Admit,
-    Admitted,
     EngineHost,
     Finish,
+    Message,
     Program,
-    decode_admitted,
+    check_admit,
+    decode_admit,
     load_program_file,
 )
 from kvhit.targets.wire import BadReturn
@@ -59,21 +64,25 @@ def host(factory: Any) -> Runner:
 # --- the ledger --------------------------------------------------------------------
 
 
+def admission(length: int, reused: Any, tables: Any) -> Admission:
+    return Admission(Admitted(length, reused, tables))
+
+
 def test_ledger_follows_a_block_into_its_next_request() -> None:
     groups = (Group("full", 2),)
     ledger = Ledger()
-    ledger.record(groups, (1, 2, 3, 4), Admitted(0, ((),), ((5, 6),)), request=0, op=1)
-    assert ledger.problem(groups, (1, 2, 3, 4, 9), Admitted(4, ((5, 6),), ((5, 6, 7),))) == ""
+    ledger.record(groups, (1, 2, 3, 4), admission(0, ((),), ((5, 6),)), request=0, op=1)
+    assert ledger.problem(groups, (1, 2, 3, 4, 9), admission(4, ((5, 6),), ((5, 6, 7),))) == ""
     # block 6 is reallocated to a request that computes other tokens there
-    ledger.record(groups, (1, 2, 8, 8), Admitted(2, ((5,),), ((5, 6),)), request=1, op=2)
-    stale = ledger.problem(groups, (1, 2, 3, 4, 9), Admitted(4, ((5, 6),), ((5, 6, 7),)))
+    ledger.record(groups, (1, 2, 8, 8), admission(2, ((5,),), ((5, 6),)), request=1, op=2)
+    stale = ledger.problem(groups, (1, 2, 3, 4, 9), admission(4, ((5, 6),), ((5, 6, 7),)))
     assert stale.startswith("stale block: group 0 block 1 is physical block 6")
     assert "[1 2 8 8] (written by r1 at op 2)" in stale
 
 
 def test_ledger_wants_a_block_wherever_the_hit_reads() -> None:
     groups = (Group("sliding_window", 2, window=3),)
-    stale = Ledger().problem(groups, (1, 2, 3, 4, 5), Admitted(4, ((),), ((None, None, 7),)))
+    stale = Ledger().problem(groups, (1, 2, 3, 4, 5), admission(4, ((),), ((None, None, 7),)))
     assert stale == "stale block: group 0 reads block 1 at L=4, but its table holds no block there"
 
 
@@ -103,10 +112,10 @@ def test_a_full_pool_rejects_and_changes_nothing() -> None:
 class Liar(StatefulImpl):
     """Claims a hit of one block on every admit after the first."""
 
-    def admit(self, request: int, tokens: Any) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Any) -> Admitted | Rejected:
         answer = super().admit(request, tokens)
-        if request and "tables" in answer and not answer["length"]:
-            answer["length"], answer["reused"] = 2, [answer["tables"][0][:1]]
+        if request and isinstance(answer, Admitted) and not answer.length:
+            return replace(answer, length=2, reused=(answer.tables[0][:1],))
         return answer
 
 
@@ -116,31 +125,104 @@ def test_a_claimed_block_holding_other_tokens_is_unsafe() -> None:
     assert "stale block" in steps[-1].outcome.reason
 
 
-@pytest.mark.parametrize(
-    ("answer", "reason"),
-    [
-        ({"length": 0}, "admit must answer"),
-        ({"length": 0, "reused": [[]], "tables": [[1], [2]]}, "one list per group"),
-        ({"length": 0, "reused": [[3]], "tables": [[1, 2]]}, "not in its table"),
-        ({"length": 0, "reused": [[]], "tables": [["x"]]}, "not a block id"),
-    ],
-)
-def test_an_answer_off_the_protocol_is_a_bad_return(answer: dict[str, Any], reason: str) -> None:
-    def engine(message: dict[str, Any]) -> Any:
-        return {"cached": [[]]} if message["op"] == "snapshot" else answer
+class Scripted:
+    """A factory of one engine that answers its admits with ``answers`` and its
+    snapshots with ``snapshots``, in turn."""
 
-    steps = run_program(CallableRunner(engine, 10.0), program(admit(0, 1, 2, 3)))
+    def __init__(self, answers: list[Any], snapshots: list[Any]):
+        self.answers, self.snapshots = iter(answers), iter(snapshots)
+
+    def __call__(self, config: EngineConfig) -> Scripted:
+        return self
+
+    def admit(self, request: int, tokens: Any) -> Any:
+        answer = next(self.answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def snapshot(self, tokens: Any) -> Any:
+        return next(self.snapshots)
+
+    def finish(self, request: int) -> None:
+        pass
+
+
+def scripted(answers: list[Any], snapshots: list[Any]) -> Runner:
+    return host(Scripted(answers, snapshots))
+
+
+EMPTY = Snapshot(((),))
+SPILL = TierMove(Direction.SPILL, 1, 0, 0)
+OFF_PROTOCOL = [  # an answer line, the same typed, and why it is off the protocol
+    ({"length": 0}, {"length": 0}, "admit must answer"),
+    (
+        {"length": 0, "reused": [[]], "tables": [[1], [2]]},
+        Admitted(0, ((),), ((1,), (2,))),
+        "one list per group",
+    ),
+    (
+        {"length": 0, "reused": [[3]], "tables": [[1, 2]]},
+        Admitted(0, ((3,),), ((1, 2),)),
+        "not in its table",
+    ),
+    (
+        {"length": 0, "reused": [[]], "tables": [["x"]]},
+        Admitted(0, ((),), (("x",),)),
+        "not a block id",
+    ),
+    (
+        {"length": 0, "reused": [[]], "tables": [[1]], "moves": [["spill", 1, [0, 0]]]},
+        Admitted(0, ((),), ((1,),), moves=(SPILL,)),
+        "names tier 0; the engine has 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "typed", "reason"), OFF_PROTOCOL)
+def test_a_typed_answer_off_the_contract_is_a_bad_return(
+    line: Any, typed: Any, reason: str
+) -> None:
+    steps = run_program(scripted([typed], [EMPTY]), program(admit(0, 1, 2, 3)))
     assert steps[-1].outcome.cls == "bad_return" and reason in steps[-1].outcome.reason
 
 
-def test_an_engine_that_raises_is_a_crash() -> None:
-    def engine(message: dict[str, Any]) -> Any:
-        if message["op"] == "admit":
-            raise RuntimeError("boom")
-        return {"cached": [[]]}
+@pytest.mark.parametrize(("line", "typed", "reason"), OFF_PROTOCOL)
+def test_a_programs_answer_line_off_the_protocol_is_a_bad_return(
+    line: Any, typed: Any, reason: str
+) -> None:
+    with pytest.raises(BadReturn, match=reason):
+        check_admit(decode_admit(line), program().config())
 
-    steps = run_program(CallableRunner(engine, 10.0), program(admit(0, 1, 2, 3)))
+
+def test_a_snapshot_off_the_contract_is_a_bad_return() -> None:
+    steps = run_program(scripted([], [Snapshot(((Upto(2),),))]), program(admit(0, 1, 2, 3)))
+    assert steps[-1].outcome.cls == "bad_return"
+    assert "a partial block needs a hash unit" in steps[-1].outcome.reason
+    steps = run_program(scripted([], [{"cached": [[]]}]), program(admit(0, 1, 2, 3)))
+    assert steps[-1].outcome.reason.startswith("snapshot must answer a Snapshot")
+
+
+def test_an_engine_that_raises_is_a_crash() -> None:
+    steps = run_program(scripted([RuntimeError("boom")], [EMPTY]), program(admit(0, 1, 2, 3)))
     assert steps[-1].outcome.cls == "crash" and "boom" in steps[-1].outcome.reason
+
+
+PROGRAM = f"{sys.executable} {HERE / 'stateful_cmd.py'}"
+
+
+def test_a_program_is_judged_as_the_same_engine_in_process() -> None:
+    prog = program(
+        admit(0, 1, 2, 3, 4, 5), {"op": "finish", "request": 0}, admit(1, 1, 2, 3, 4, 6),
+        admit(2, 9, 9),
+    )  # fmt: skip
+    by_line = run_program(CommandRunner(f"{PROGRAM} {BROKEN}:forgetful_pool", 30.0), prog)
+    here = run_program(open_stateful(f"{BROKEN}:forgetful_pool"), prog)
+    assert [(s.outcome, s.answer) for s in by_line] == [(s.outcome, s.answer) for s in here]
+    assert [s.outcome.length for s in here] == [0, None, 4, 0]
+    liar = f"{PROGRAM} test_stateful:Liar"
+    steps = run_program(CommandRunner(liar, 30.0), program(admit(0, 1, 2, 3), admit(1, 7, 7, 7)))
+    assert steps[-1].outcome.cls == "unsafe" and "stale block" in steps[-1].outcome.reason
 
 
 @pytest.mark.parametrize(
@@ -198,8 +280,8 @@ class Recorder:
     def __init__(self, runner: Runner):
         self.runner, self.messages = runner, []
 
-    def __call__(self, message: dict[str, Any]) -> Reply:
-        self.messages.append(json.dumps(message))
+    def __call__(self, message: Message) -> Reply:
+        self.messages.append(json.dumps(message.to_json()))
         return self.runner(message)
 
     def close(self) -> None:
@@ -296,22 +378,11 @@ def test_finish_of_an_unknown_request_is_skipped() -> None:
 FINE = {"groups": [{"kind": "full", "block_size": 4}], "num_blocks": 8, "hash_unit": 2}
 
 
-def scripted(answers: list[dict[str, Any]], snapshots: list[list[Any]]) -> Runner:
-    """An engine that answers its admits with ``answers`` and its snapshots with
-    ``snapshots``, in turn."""
-    replies = {"admit": iter(answers), "snapshot": iter({"cached": s} for s in snapshots)}
-
-    def engine(message: dict[str, Any]) -> Any:
-        return next(replies[message["op"]]) if message["op"] in replies else {}
-
-    return CallableRunner(engine, 10.0)
-
-
 def test_a_hit_inside_a_block_reads_its_copy_of_the_partial_block() -> None:
-    first = {"length": 0, "reused": [[]], "tables": [[10, 11]]}  # [1 … 7]: block 11 to 7
-    copied = {"length": 6, "reused": [[10, 11]], "tables": [[10, 12]]}
+    first = Admitted(0, ((),), ((10, 11),))  # [1 … 7]: block 11 to 7
+    copied = Admitted(6, ((10, 11),), ((10, 12),))
     prog = program(admit(0, 1, 2, 3, 4, 5, 6, 7), admit(1, 1, 2, 3, 4, 5, 6, 9, 9), config=FINE)
-    snapshots = [[[]], [[True, {"upto": 6}]]]
+    snapshots = [EMPTY, Snapshot(((True, Upto(6)),))]
     steps = run_program(scripted([first, copied], snapshots), prog)
     assert [s.outcome.cls for s in steps] == ["ok", "ok"]
     assert steps[1].snapshot is not None and steps[1].snapshot.hash_unit == 2
@@ -325,41 +396,41 @@ def test_a_hit_inside_a_block_reads_its_copy_of_the_partial_block() -> None:
 
 
 def test_only_the_block_a_hit_ends_inside_may_be_a_copy() -> None:
-    groups = (Group("full", 4),)
-    answer = {"length": 4, "reused": [[10, 11]], "tables": [[10, 12]]}
+    config = EngineConfig((Group("full", 4),), 8, 4)
+    answer = Admitted(4, ((10, 11),), ((10, 12),))
     with pytest.raises(BadReturn, match="reuses block 11, which is not in its table"):
-        decode_admitted(answer, groups)
-    admitted = decode_admitted({**answer, "length": 6}, groups)
-    assert admitted is not None and admitted.copied == ((1, 11),)
-    assert admitted.read_block(0, 1) == 11 and admitted.reused_indices() == [[0, 1]]
+        check_admit(answer, config)
+    checked = check_admit(replace(answer, length=6), config)
+    assert isinstance(checked, Admission) and checked.copied == ((1, 11),)
+    assert checked.read_block(0, 1) == 11 and checked.reused_indices() == [[0, 1]]
 
 
 def test_a_mamba_block_holds_the_state_at_exactly_its_end() -> None:
     groups = (Group("mamba", 4),)
     ledger = Ledger(hash_unit=2)
     # a prompt of 7 tokens leaves block 1 holding the state at 6, its last fine boundary
-    ledger.record(groups, (1, 2, 3, 4, 5, 6, 7), Admitted(0, ((),), ((10, 11),)), 0, 1)
+    ledger.record(groups, (1, 2, 3, 4, 5, 6, 7), admission(0, ((),), ((10, 11),)), 0, 1)
     tokens = (1, 2, 3, 4, 5, 6, 7, 8, 9)
-    assert ledger.problem(groups, tokens, Admitted(6, ((11,),), ((None, 11, 12),))) == ""
-    assert ledger.problem(groups, tokens, Admitted(4, ((10,),), ((10, 12, 13),))) == ""
-    stale = ledger.problem(groups, tokens, Admitted(8, ((11,),), ((None, 11, 12),)))
+    assert ledger.problem(groups, tokens, admission(6, ((11,),), ((None, 11, 12),))) == ""
+    assert ledger.problem(groups, tokens, admission(4, ((10,),), ((10, 12, 13),))) == ""
+    stale = ledger.problem(groups, tokens, admission(8, ((11,),), ((None, 11, 12),)))
     assert stale.startswith("stale block: group 0 block 1 is physical block 11")
 
 
 def test_a_block_found_by_a_lookahead_key_holds_the_next_tokens_too() -> None:
     groups = (Group("sliding_window", 2, window=2, drafter="lookahead", lookahead=1),)
     ledger = Ledger()
-    ledger.record(groups, (1, 2, 3, 4, 5), Admitted(0, ((),), ((5, 6, 7),)), 0, 1)
+    ledger.record(groups, (1, 2, 3, 4, 5), admission(0, ((),), ((5, 6, 7),)), 0, 1)
     same_next = (1, 2, 3, 4, 6, 6)
-    assert ledger.problem(groups, same_next, Admitted(2, ((5,),), ((5, 8, 9),))) == ""
+    assert ledger.problem(groups, same_next, admission(2, ((5,),), ((5, 8, 9),))) == ""
     other_next = (1, 2, 9, 4, 6, 6)
-    stale = ledger.problem(groups, other_next, Admitted(2, ((5,),), ((5, 8, 9),)))
+    stale = ledger.problem(groups, other_next, admission(2, ((5,),), ((5, 8, 9),)))
     assert stale.endswith("needs [1 2 9] (1 tokens past the block for its lookahead key)")
 
 
 def test_a_program_with_a_hash_unit_keeps_it() -> None:
     p = Program.from_json({**FINE, "alignment": 4, "ops": [admit(0, 1, 2)]})
-    assert p.hash_unit == 2 and p.config()["hash_unit"] == 2 and p.alignment == 4
+    assert p.hash_unit == 2 and p.config().hash_unit == 2 and p.alignment == 4
     assert Program.from_json(p.to_json()) == p
     for bad, field in (({"hash_unit": 3}, "hash_unit"), ({"alignment": 3}, "alignment")):
         with pytest.raises(QueryError) as err:

@@ -25,7 +25,7 @@ from kvhit.model.spec import LOCAL, held_query, local_query, longest_hit, valid_
 from kvhit.model.tiers import hit_plan
 from kvhit.reference import fixed_point_answer, wrong_tier_answers
 from kvhit.targets.registry import get
-from kvhit.targets.runner import CallableRunner
+from kvhit.targets.runner import CommandRunner, Reply
 from kvhit.targets.stateful import Program
 
 FULL_MAMBA = {
@@ -156,14 +156,20 @@ STORED = {
 }
 
 
-def scripted(answers, snapshots):
-    """An engine of one store answering its admits and snapshots in turn."""
-    replies = {"admit": iter(answers), "snapshot": iter(snapshots)}
+class scripted:  # noqa: N801 (used as the runner it builds)
+    """An engine of one store answering its admits and snapshots in turn with these
+    answer lines, read back as a ``--target-cmd`` program's are."""
 
-    def engine(message):
-        return next(replies[message["op"]]) if message["op"] in replies else {}
+    def __init__(self, answers, snapshots):
+        self.replies = {"admit": iter(answers), "snapshot": iter(snapshots)}
 
-    return CallableRunner(engine, 10.0)
+    def __call__(self, message):
+        op = message.to_json()["op"]
+        value = next(self.replies[op]) if op in self.replies else {}
+        return CommandRunner.decoded(message, Reply("answer", value))
+
+    def close(self):
+        pass
 
 
 def stored_program(*prompts):
@@ -245,7 +251,7 @@ def test_a_malformed_store_names_its_field(store, field):
 def test_a_program_with_stores_round_trips_and_tells_the_engine_of_them():
     p = stored_program((1, 2, 3))
     assert Program.from_json(p.to_json()) == p
-    assert p.config()["tiers"] == STORED["tiers"]
+    assert p.config().to_json()["tiers"] == STORED["tiers"]
 
 
 def test_the_stateful_impl_passes_a_campaign_of_engines_with_stores(tmp_path):

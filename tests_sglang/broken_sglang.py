@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.engines.sglang.cache import SglangCacheEngine
 
 
@@ -26,10 +27,10 @@ class WindowFreedBehindTheTree(SglangCacheEngine):
     told): a later request is given those window pages while the tree still finds
     them."""
 
-    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         answer = super().admit(request, tokens)
         req = self.requests.get(request)
-        if "length" in answer and req is not None and self.window_index is not None:
+        if isinstance(answer, Admitted) and req is not None and self.window_index is not None:
             allocator = self.cache.token_to_kv_pool_allocator
             row = self.cache.req_to_token_pool.req_to_token[req.kv.req_pool_idx]
             stale = len(tokens) - self.cache.sliding_window_size
@@ -40,11 +41,11 @@ class WindowFreedBehindTheTree(SglangCacheEngine):
         return answer
 
 
-def working_state_reported(config: dict[str, Any]) -> SglangCacheEngine:
+def working_state_reported(config: EngineConfig) -> SglangCacheEngine:
     """A factory for :class:`WorkingStateReported`."""
     return WorkingStateReported(config)
 
 
-def window_freed_behind_the_tree(config: dict[str, Any]) -> SglangCacheEngine:
+def window_freed_behind_the_tree(config: EngineConfig) -> SglangCacheEngine:
     """A factory for :class:`WindowFreedBehindTheTree`."""
     return WindowFreedBehindTheTree(config)

@@ -20,7 +20,7 @@ from kvhit.model.spec import Group, reused_blocks
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import EngineHost, Program, load_program_file
+from kvhit.targets.stateful import EngineHost, Program, load_program_file, parse_config
 
 PROGRAMS = 120
 FULL1 = {"kind": "full", "block_size": 1}
@@ -44,7 +44,7 @@ def program(groups: list[dict[str, Any]], num_blocks: int, *ops: dict[str, Any])
 
 
 def engine(groups: list[dict[str, Any]], num_blocks: int) -> SglangCacheEngine:
-    return SglangCacheEngine({"groups": groups, "num_blocks": num_blocks})
+    return SglangCacheEngine(parse_config({"groups": groups, "num_blocks": num_blocks}))
 
 
 def test_a_prefix_is_reused_then_evicted_for_a_new_request() -> None:
@@ -67,15 +67,15 @@ def test_window_kv_behind_the_window_is_freed_and_the_hit_reads_only_the_window(
     window = {"kind": "sliding_window", "block_size": 1, "window": 2}
     exclusive = {**window, "window_convention": "exclusive"}
     sglang = engine([FULL1, exclusive], 16)
-    first = sglang.admit(0, [0, 1, 2, 3, 4, 5])
+    first = sglang.admit(0, [0, 1, 2, 3, 4, 5]).to_json()
     # after its prefill the request holds window KV only for the last 3 tokens
     assert first["length"] == 0 and first["tables"][1][:3] == [None] * 3
     assert None not in first["tables"][1][3:]
-    assert sglang.snapshot([0, 1, 2, 3, 4, 5, 9])["cached"] == [
+    assert sglang.snapshot([0, 1, 2, 3, 4, 5, 9]).to_json()["cached"] == [
         [True] * 6,
         [False] * 3 + [True] * 3,
     ]
-    second = sglang.admit(1, [0, 1, 2, 3, 4, 5, 9])
+    second = sglang.admit(1, [0, 1, 2, 3, 4, 5, 9]).to_json()
     assert second["length"] == 6
     held = second["tables"][1]
     assert held[:3] == [None, None, None] and held[3:6] == first["tables"][1][3:6]
@@ -90,24 +90,24 @@ def test_window_kv_alone_is_evicted_when_the_window_pool_runs_short() -> None:
     the window KV of the last."""
     window = {"kind": "sliding_window", "block_size": 1, "window": 1}
     sglang = engine([FULL1, {**window, "window_convention": "exclusive"}], 8)
-    first = sglang.admit(0, [1, 2, 3])
+    first = sglang.admit(0, [1, 2, 3]).to_json()
     sglang.finish(0)
-    assert sglang.snapshot([1, 2, 3, 9])["cached"] == [[True] * 3, [False, True, True]]
-    second = sglang.admit(1, [4, 5, 6])
+    assert sglang.snapshot([1, 2, 3, 9]).to_json()["cached"] == [[True] * 3, [False, True, True]]
+    second = sglang.admit(1, [4, 5, 6]).to_json()
     assert set(second["tables"][1]) & set(first["tables"][1]) == set(first["tables"][1][:2])
-    assert sglang.snapshot([1, 2, 3, 9])["cached"] == [[True] * 3, [False, False, True]]
-    third = sglang.admit(2, [1, 2, 3, 9])
+    assert sglang.snapshot([1, 2, 3, 9]).to_json()["cached"] == [[True] * 3, [False, False, True]]
+    third = sglang.admit(2, [1, 2, 3, 9]).to_json()
     assert third["length"] == 3 and third["reused"][1] == [first["tables"][1][2]]
 
 
 def test_mamba_hits_only_where_sglang_kept_a_state() -> None:
     sglang = engine([FULL1, MAMBA], 12)
     sglang.admit(0, [1, 2, 3])
-    assert sglang.snapshot([1, 2, 3, 4])["cached"] == [[True] * 3, [False, False, True]]
-    second = sglang.admit(1, [1, 2, 3, 4])
+    assert sglang.snapshot([1, 2, 3, 4]).to_json()["cached"] == [[True] * 3, [False, False, True]]
+    second = sglang.admit(1, [1, 2, 3, 4]).to_json()
     assert second["length"] == 3 and second["reused"][1] == [second["tables"][1][2]]
     # full KV of [1 2] is cached, but no state after it: nothing to resume from
-    assert sglang.admit(2, [1, 2, 5])["length"] == 0
+    assert sglang.admit(2, [1, 2, 5]).to_json()["length"] == 0
 
 
 def test_a_rejected_request_leaves_the_pool_as_it_was() -> None:
@@ -129,10 +129,10 @@ def test_a_snapshot_does_not_refresh_the_lru_order() -> None:
     for request, tokens in enumerate(([1, 2], [3, 4])):
         sglang.admit(request, tokens)
         sglang.finish(request)
-    assert sglang.snapshot([1, 2])["cached"] == [[True, True]]
+    assert sglang.snapshot([1, 2]).to_json()["cached"] == [[True, True]]
     sglang.admit(2, [5, 6])
-    assert sglang.snapshot([1, 2])["cached"] == [[]]
-    assert sglang.snapshot([3, 4])["cached"] == [[True, True]]
+    assert sglang.snapshot([1, 2]).to_json()["cached"] == [[]]
+    assert sglang.snapshot([3, 4]).to_json()["cached"] == [[True, True]]
 
 
 @pytest.mark.parametrize(

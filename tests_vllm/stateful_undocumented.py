@@ -14,32 +14,30 @@ gate reports against this target is a new finding:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.engines.vllm.divergences import documented
 from kvhit.engines.vllm.manager import VllmManagerEngine
 from kvhit.engines.vllm.target import RELEASE
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Query
-from kvhit.targets.stateful import Program, decode_snapshot
 
 
 class ManagerOutsideDivergences(VllmManagerEngine):
     """vLLM's manager, refusing each request whose lookup a documented divergence of the
     installed release covers."""
 
-    def __init__(self, config: dict[str, Any]):
-        self.program = Program.from_json(config)
+    def __init__(self, config: EngineConfig):
+        self.config = config
         super().__init__(config)
 
     def lookup_query(self, tokens: Sequence[int]) -> Query:
         """The request's lookup as the stateful gate judges it: the engine's own cache
         state for these tokens, M = T - 1."""
-        p = self.program
-        rows = decode_snapshot(self.snapshot(tokens), p.groups, p.hash_unit)
-        return Query(p.groups, rows, len(tokens) - 1, len(tokens), p.alignment, p.hash_unit)
+        c, t = self.config, len(tokens)
+        return Query(c.groups, self.snapshot(tokens).cached, t - 1, t, c.alignment, c.hash_unit)
 
-    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """vLLM's admit, or :class:`Unsupported` naming the documented divergence whose
         scope holds the request's lookup."""
         names = documented(self.lookup_query(tokens), RELEASE.name)
@@ -48,6 +46,6 @@ class ManagerOutsideDivergences(VllmManagerEngine):
         return super().admit(request, tokens)
 
 
-def manager_outside_divergences(config: dict[str, Any]) -> ManagerOutsideDivergences:
+def manager_outside_divergences(config: EngineConfig) -> ManagerOutsideDivergences:
     """vLLM's manager for ``config``, refusing the requests of documented divergences."""
     return ManagerOutsideDivergences(config)

@@ -14,10 +14,11 @@ from kvhit.engines.vllm.target import RELEASE
 from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.model.spec import Upto
 from kvhit.targets.registry import Mode, load
 from kvhit.targets.runner import CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import EngineHost, Program, load_program_file
+from kvhit.targets.stateful import EngineHost, Program, load_program_file, parse_config
 
 PROGRAMS = 150
 
@@ -158,8 +159,8 @@ def test_the_snapshot_reads_a_partial_entry_in_the_block_past_the_whole_ones() -
     }
     if not RELEASE.partial_hash_hits:  # no hash unit before 0.26.0
         with pytest.raises(Unsupported):
-            VllmManagerEngine(config)
+            VllmManagerEngine(parse_config(config))
         return
-    engine = VllmManagerEngine(config)
+    engine = VllmManagerEngine(parse_config(config))
     engine.admit(0, [0, 0, 1])
-    assert engine.snapshot([0, 0, 1])["cached"][0] == [{"upto": 2}]
+    assert engine.snapshot([0, 0, 1]).cached[0] == (Upto(2),)

@@ -10,7 +10,7 @@ and ``num_blocks`` Mamba state slots),
 driven with SGLang's own ``Req`` objects through the calls its scheduler makes, so
 that matching, locking, allocation, eviction, insertion, the freeing of window KV
 that left the window and the Mamba checkpoints are all SGLang's
-(the stateful protocol: :mod:`kvhit.targets.stateful`).
+(a :class:`~kvhit.contract.StatefulEngine`).
 
 ``admit(r, tokens)`` does what the scheduler does for a new prompt (file:line in
 the sglang 0.5.23 wheel, under ``sglang/srt/``):
@@ -49,14 +49,14 @@ Two conventions of this engine: a request that is rejected was still looked up, 
 SGLang looks up every waiting request (the lookup refreshes the matched nodes' LRU
 time and may split a node); and a request does not decode (its KV is T tokens).
 
-    >>> engine = SglangCacheEngine({"groups": [{"kind": "full", "block_size": 2}],
-    ...                             "num_blocks": 6, "alignment": 2})
+    >>> from kvhit.model.spec import Group
+    >>> engine = SglangCacheEngine(EngineConfig((Group("full", 2),), num_blocks=6, alignment=2))
     >>> engine.admit(0, [1, 2, 3])
-    {'length': 0, 'reused': [[]], 'tables': [[1, 2]]}
+    Admitted(length=0, reused=((),), tables=((1, 2),), outputs_match=None, moves=())
     >>> engine.snapshot([1, 2, 4])
-    {'cached': [[True]]}
+    Snapshot(cached=((True,),), tiers=())
     >>> engine.admit(1, [1, 2, 4])
-    {'length': 2, 'reused': [[1]], 'tables': [[1, 3]]}
+    Admitted(length=2, reused=((1,),), tables=((1, 3),), outputs_match=None, moves=())
     >>> engine.finish(0)
 """
 
@@ -67,11 +67,11 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from kvhit.contract import Admitted, EngineConfig, Rejected, Snapshot
 from kvhit.engines.sglang.layout import TreeGroups, shape
 from kvhit.engines.sglang.target import Pools, new_cache
 from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_group
-from kvhit.model.spec import default_alignment, window_before
+from kvhit.model.spec import window_before
 
 # isort: split
 # After kvhit.engines.sglang.target, which prepares SGLang's imports and server args.
@@ -97,16 +97,15 @@ def pages(tokens: int, page: int) -> int:
 
 
 class SglangCacheEngine:
-    """SGLang's ``UnifiedRadixCache`` behind the stateful protocol (see the module
-    docstring)."""
+    """SGLang's ``UnifiedRadixCache`` as a :class:`~kvhit.contract.StatefulEngine` (see
+    the module docstring)."""
 
-    def __init__(self, config: dict[str, Any]):
-        self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
-        alignment = config.get("alignment") or default_alignment(self.groups)
-        self.tree: TreeGroups = shape(self.groups, alignment)
+    def __init__(self, config: EngineConfig):
+        self.groups = config.groups
+        self.tree: TreeGroups = shape(self.groups, config.alignment)
         if len(self.tree.windows) > 1:
             raise Unsupported("a drafter window is driven by the stateless sglang target only")
-        self.num_blocks = config["num_blocks"]
+        self.num_blocks = config.num_blocks
         page = self.tree.page
         if self.tree.mamba_index is not None and page > 1:
             raise Unsupported(
@@ -136,7 +135,7 @@ class SglangCacheEngine:
 
     # --- snapshot -------------------------------------------------------------------
 
-    def snapshot(self, tokens: Sequence[int]) -> dict[str, Any]:
+    def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """Which full blocks of ``tokens`` SGLang's tree holds, per group, read without
         touching the tree (no LRU update, no split)."""
         core = self.cache.tree_core
@@ -156,7 +155,7 @@ class SglangCacheEngine:
             rows[self.window_index] = window
         if self.tree.mamba_index is not None:
             rows[self.tree.mamba_index] = states
-        return {"cached": rows}
+        return Snapshot(tuple(map(tuple, rows)))
 
     def holds(self, node: Any, component: Any) -> bool:
         """Whether a tree node holds window KV (``ComponentType.SWA``) or a Mamba
@@ -173,16 +172,16 @@ class SglangCacheEngine:
         params.normalize(None)
         return Req(str(request), "", array("q", tokens), params)
 
-    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """Look up, lock, allocate, read the tables, and cache, as SGLang's scheduler
-        does for a new prompt; ``rejected`` when the pools cannot hold it."""
+        does for a new prompt; Rejected when the pools cannot hold it."""
         if len(tokens) > CONTEXT:
-            return {"rejected": f"longer than the context ({CONTEXT})"}
+            return Rejected(f"longer than the context ({CONTEXT})")
         req = self.request(request, tokens)
         req.init_next_round_input(self.cache, cow_mamba=False)
         short = self.shortfall(req, len(tokens))
         if short:
-            return {"rejected": short}
+            return Rejected(short)
         req.init_next_round_input(self.cache)
         source = req.kv.mamba_cow_src_index  # the prefill's copy consumes it
         req.extend_end = len(tokens)
@@ -194,11 +193,11 @@ class SglangCacheEngine:
         batch.prepare_for_extend()
         length = req.prefix_len
         checkpoint_kv_cache(req, self.cache)
-        answer = self.answer(req, len(tokens), length, source)
+        reused, tables = self.answer(req, len(tokens), length, source)
         if self.tree.mamba_index is not None:
-            answer["tables"][self.tree.mamba_index][-1] = self.checkpoint_state(req)
+            tables[self.tree.mamba_index][-1] = self.checkpoint_state(req)
         self.requests[request] = req
-        return answer
+        return Admitted(length, tuple(map(tuple, reused)), tuple(map(tuple, tables)))
 
     def shortfall(self, req: Req, num_tokens: int) -> str:
         """Why the pools cannot hold the request's new pages (and two Mamba states)
@@ -229,8 +228,10 @@ class SglangCacheEngine:
         ]
         return "SGLang cannot hold it: " + ", ".join(short) if short else ""
 
-    def answer(self, req: Req, num_tokens: int, length: int, source: Any) -> dict[str, Any]:
-        """The hit ``length``, the blocks reused and the tables, off the request's row
+    def answer(
+        self, req: Req, num_tokens: int, length: int, source: Any
+    ) -> tuple[list[list[int]], list[list[int | None]]]:
+        """The blocks a hit of ``length`` reused and the tables, off the request's row
         as it reads it from now on; ``source`` is the Mamba state the hit copied."""
         page = self.tree.page
         row = self.cache.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :num_tokens]
@@ -254,7 +255,7 @@ class SglangCacheEngine:
                 states[length - 1] = state
                 reused[self.tree.mamba_index] = [state]
             tables[self.tree.mamba_index] = states
-        return {"length": length, "reused": reused, "tables": tables}
+        return reused, tables
 
     def first_window_block(self, length: int) -> int:
         """The first block SGLang's window reads at a hit of ``length``: the

@@ -52,28 +52,27 @@ How the configuration maps onto vLLM, as vLLM's scheduler builds its manager
 - vLLM refuses some configurations while building the manager: those are
   ``unsupported`` too.
 
-    >>> engine = VllmManagerEngine({"groups": [{"kind": "full", "block_size": 2}],
-    ...                             "num_blocks": 6, "alignment": 2})
+    >>> from kvhit.model.spec import Group
+    >>> engine = VllmManagerEngine(EngineConfig((Group("full", 2),), num_blocks=6, alignment=2))
     >>> engine.admit(0, [1, 2, 3])
-    {'length': 0, 'reused': [[]], 'tables': [[1, 2]]}
+    Admitted(length=0, reused=((),), tables=((1, 2),), outputs_match=None, moves=())
     >>> engine.snapshot([1, 2, 4])
-    {'cached': [[True]]}
+    Snapshot(cached=((True,),), tiers=())
     >>> engine.admit(1, [1, 2, 4])
-    {'length': 2, 'reused': [[1]], 'tables': [[1, 3]]}
+    Admitted(length=2, reused=((1,),), tables=((1, 3),), outputs_match=None, moves=())
     >>> engine.finish(0)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
 from math import gcd, lcm
-from typing import Any
 
+from kvhit.contract import Admitted, EngineConfig, EngineFactory, Rejected, Snapshot
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure, refusal, shared_lookahead
-from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_group
-from kvhit.model.spec import Group, Query, Upto, default_alignment
+from kvhit.errors import TargetError, Unsupported
+from kvhit.model.spec import Group, Query, Upto
 
 try:
     from vllm.sampling_params import SamplingParams
@@ -110,33 +109,35 @@ def snapshot_row(
     hash_block_size: int,
     partial_hits: bool,
     cached: Callable[[BlockHash], bool],
-) -> list[Any]:
+) -> tuple[bool | Upto, ...]:
     """A group's row over a request's block ``hashes``: each block whose key
     ``cached`` finds, or (``partial_hits``) a partial entry ``{"upto": p}`` at the
-    longest fine boundary p inside the block that it finds (vLLM keys a partial entry
+    longest fine boundary p inside the block that it finds, an
+    :class:`~kvhit.model.spec.Upto` (vLLM keys a partial entry
     by the hash of the units before its boundary; without partial hits its lookup
     never reads them). Shared by the stateful targets' snapshots."""
     h, b = hash_block_size, block_size
     view = hashes if b == h else BlockHashListWithBlockSize(hashes, h, b)
     per = b // h
-    row: list[Any] = []
+    row: list[bool | Upto] = []
     for j in range(-(-len(hashes) // per)):  # every block with a hashed unit
         if j < len(view) and cached(view[j]):
             row.append(True)
             continue
         units = range(1, min(per, len(hashes) - j * per + 1))
         fine = [k for k in units if partial_hits and cached(hashes[j * per + k - 1])]
-        row.append(Upto(j * b + fine[-1] * h).to_json() if fine else False)
-    return row
+        row.append(Upto(j * b + fine[-1] * h) if fine else False)
+    return tuple(row)
 
 
 class VllmManagerEngine:
-    """vLLM's ``KVCacheManager`` behind the stateful protocol (see the module docstring)."""
+    """vLLM's ``KVCacheManager`` as a :class:`~kvhit.contract.StatefulEngine` (see the
+    module docstring)."""
 
-    def __init__(self, config: dict[str, Any]):
-        self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
-        alignment = config.get("alignment") or default_alignment(self.groups)
-        self.hash_unit: int | None = config.get("hash_unit")
+    def __init__(self, config: EngineConfig):
+        self.groups = config.groups
+        alignment = config.alignment
+        self.hash_unit = config.hash_unit
         self.hash_block_size = self.hash_unit or reduce(gcd, (g.block_size for g in self.groups))
         shape = Query(self.groups, tuple(() for _ in self.groups), 0, 1, alignment, self.hash_unit)
         reason = refusal(shape, RELEASE)
@@ -148,7 +149,7 @@ class VllmManagerEngine:
             for i, g in enumerate(self.groups)
         ]
         pool = KVCacheConfig(
-            num_blocks=config["num_blocks"] + 1, kv_cache_tensors=[], kv_cache_groups=specs
+            num_blocks=config.num_blocks + 1, kv_cache_tensors=[], kv_cache_groups=specs
         )
         sizes = [g.block_size for g in self.groups]
         # vLLM's scheduler block size is a multiple of every block size (its assert)
@@ -194,14 +195,14 @@ class VllmManagerEngine:
         params = SamplingParams(max_tokens=1)
         return Request(request_id, list(tokens), params, **accepted(Request, options))
 
-    def snapshot(self, tokens: Sequence[int]) -> dict[str, Any]:
+    def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """What vLLM's block pool finds cached for ``tokens``, per group: each full
-        block, or with a hash unit a partial entry ``{"upto": p}`` at the longest fine
-        boundary p inside the block that is cached."""
+        block, or with a hash unit a partial entry (an :class:`~kvhit.model.spec.Upto`)
+        at the longest fine boundary inside the block that is cached."""
         hashes = self.request("snapshot", tokens).block_hashes
-        return {"cached": [self.cached_row(hashes, i) for i in range(len(self.groups))]}
+        return Snapshot(tuple(self.cached_row(hashes, i) for i in range(len(self.groups))))
 
-    def cached_row(self, hashes: list[BlockHash], group_id: int) -> list[Any]:
+    def cached_row(self, hashes: list[BlockHash], group_id: int) -> tuple[bool | Upto, ...]:
         """Group ``group_id``'s snapshot row (see :meth:`snapshot`)."""
         pool = self.manager.block_pool
 
@@ -211,11 +212,11 @@ class VllmManagerEngine:
         b = self.groups[group_id].block_size
         return snapshot_row(hashes, b, self.hash_block_size, self.partial_hits, cached)
 
-    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """Look up, allocate and cache as vLLM's scheduler does; then drop the blocks
-        that left a window. ``rejected`` when the pool cannot hold the request."""
+        that left a window. Rejected when the pool cannot hold the request."""
         if len(tokens) > MAX_MODEL_LEN:
-            return {"rejected": f"longer than max_model_len ({MAX_MODEL_LEN})"}
+            return Rejected(f"longer than max_model_len ({MAX_MODEL_LEN})")
         if hasattr(self.manager, "new_step_starts"):  # 0.17+: each admit is a step
             self.manager.new_step_starts()
         req = self.request(str(request), tokens)
@@ -228,17 +229,27 @@ class VllmManagerEngine:
             **accepted(self.manager.allocate_slots, {"full_sequence_must_fit": True}),
         )
         if allocated is None:
-            return {"rejected": "vLLM's allocate_slots found too few free blocks"}
+            return Rejected("vLLM's allocate_slots found too few free blocks")
         null = self.manager.block_pool.null_block.block_id
-        tables = [
-            [None if b == null else b for b in t] for t in self.manager.get_block_ids(str(request))
-        ]
-        reused = [[b for b in ids if b != null] for ids in hit.get_block_ids()]
+        tables = tuple(
+            tuple(None if b == null else b for b in t)
+            for t in self.manager.get_block_ids(str(request))
+        )
+        reused = tuple(tuple(b for b in ids if b != null) for ids in hit.get_block_ids())
         req.num_computed_tokens = len(tokens)
         self.manager.remove_skipped_blocks(req.request_id, len(tokens))
         self.requests[request] = req
-        return {"length": length, "reused": reused, "tables": tables}
+        return Admitted(length, reused, tables)
 
     def finish(self, request: int) -> None:
         """Free the request's blocks (they stay cached until evicted)."""
         self.manager.free(self.requests.pop(request))
+
+
+def vllm_manager_engine(options: Mapping[str, str]) -> EngineFactory:
+    """The stateful ``vllm`` built-in for the target's ``options``: the manager runs a
+    program's drafters as the program states them, so the eagle option (a lookup's) must
+    be left at its default."""
+    if options.get("eagle", "default") != "default":
+        raise TargetError("--option eagle is for lookups, not for stateful engines")
+    return VllmManagerEngine

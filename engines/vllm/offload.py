@@ -3,8 +3,8 @@ spilling evicted blocks to an offload store that kvhit's connector restores from
 
 The engine is vLLM's real ``Scheduler`` with kvhit's connector
 (:func:`kvhit.engines.vllm.tiered.build_scheduler`), its pool of ``num_blocks`` blocks
-(plus vLLM's null block). The program's store (at most one: ``tiers`` in ``create``,
-its kinds and ``num_blocks`` slots, :mod:`kvhit.targets.stateful`) is the connector's
+(plus vLLM's null block). The program's store (at most one: the configuration's
+:class:`~kvhit.contract.Store`, its kinds and ``num_blocks`` slots) is the connector's
 (:class:`SlotStore`): whenever vLLM's block pool evicts a cached block
 (``BlockPool._maybe_evict_cached_block``, observed and called through), each key the
 block was cached under (a block hash with its group) whose group's kind the store holds
@@ -38,18 +38,26 @@ blocks), and more than one store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvhit.contract import (
+    Admitted,
+    Direction,
+    EngineConfig,
+    EngineFactory,
+    Rejected,
+    Snapshot,
+    Store,
+    TierMove,
+)
 from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
 from kvhit.engines.vllm.manager import snapshot_row
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure
 from kvhit.engines.vllm.tiered import build_scheduler, observe, refused
-from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_group
-from kvhit.model.spec import Kind, Query, Tier, default_alignment
-from kvhit.targets.stateful import Direction, Store, TierMove, parse_stores
+from kvhit.errors import TargetError, Unsupported
+from kvhit.model.spec import Query, Tier, Upto
 
 try:
     from vllm.sampling_params import SamplingParams
@@ -120,24 +128,24 @@ class SlotStore:
 
 
 class VllmOffloadEngine:
-    """vLLM's scheduler with an offload store behind the stateful protocol (module
-    docstring)."""
+    """vLLM's scheduler with an offload store as a :class:`~kvhit.contract.StatefulEngine`
+    (module docstring)."""
 
-    def __init__(self, config: dict[str, Any]):
-        self.groups = tuple(parse_group(g, f"groups[{i}]") for i, g in enumerate(config["groups"]))
-        alignment = config.get("alignment") or default_alignment(self.groups)
-        if config.get("hash_unit") is not None:
+    def __init__(self, config: EngineConfig):
+        self.groups = config.groups
+        alignment = config.alignment
+        if config.hash_unit is not None:
             raise Unsupported("the offload store keeps whole blocks: no hash unit")
         shape = Query(self.groups, tuple(() for _ in self.groups), 0, 1, alignment)
         reason = refused(shape)
         if reason is not None:
             raise Unsupported(reason)
-        stores = parse_stores(config.get("tiers", []))
+        stores = config.stores
         if len(stores) > 1:
             raise Unsupported("vLLM's scheduler has one KV connector here: at most one store")
         self.store = SlotStore(stores[0]) if stores else None
         self.alignment = alignment
-        self.scheduler = build_scheduler(shape, config["num_blocks"] + 1)
+        self.scheduler = build_scheduler(shape, config.num_blocks + 1)
         connector = self.scheduler.connector
         assert isinstance(connector, TieredConnector)
         self.connector = connector
@@ -178,7 +186,7 @@ class VllmOffloadEngine:
             request_id, list(tokens), SamplingParams(max_tokens=1), **accepted(Request, options)
         )
 
-    def stored_row(self, hashes: list[BlockHash], group_id: int) -> list[Any] | None:
+    def stored_row(self, hashes: list[BlockHash], group_id: int) -> tuple[bool | Upto, ...] | None:
         """The store's row for group ``group_id`` over these hashes (each block whose key
         has a slot), None if the store does not hold the group's kind."""
         if self.store is None or not self.held(group_id):
@@ -199,44 +207,32 @@ class VllmOffloadEngine:
         q = Query(self.groups, empty, t - 1, t, self.alignment)
         if self.store is None:
             return q
-        rows = tuple(self.stored_row(hashes, i) for i in range(len(self.groups)))
-        store = self.store.store
-        return Query(
-            self.groups,
-            empty,
-            t - 1,
-            t,
-            self.alignment,
-            None,
-            (Tier(store.name, store.holds, tuple(None if r is None else tuple(r) for r in rows)),),
-        )
+        return Query(self.groups, empty, t - 1, t, self.alignment, None, self.stored(hashes))
 
-    def snapshot(self, tokens: Sequence[int]) -> dict[str, Any]:
+    def stored(self, hashes: list[BlockHash]) -> tuple[Tier, ...]:
+        """What the store holds of these hashes, as a tier (none without a store)."""
+        if self.store is None:
+            return ()
+        rows = tuple(self.stored_row(hashes, i) for i in range(len(self.groups)))
+        return (Tier(self.store.store.name, self.store.store.holds, rows),)
+
+    def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """The pool's rows for ``tokens`` and, with a store, what it holds of them."""
         hashes = self.request("snapshot", tokens).block_hashes
-        local = [
+        local = tuple(
             snapshot_row(hashes, g.block_size, self.pool.hash_block_size, False, self.pooled(i))
             for i, g in enumerate(self.groups)
-        ]
-        if self.store is None:
-            return {"cached": local}
-        rows = {str(i): self.stored_row(hashes, i) for i in range(len(self.groups)) if self.held(i)}
-        store = self.store.store
-        tier = {
-            "name": store.name,
-            "holds": [k.value for k in Kind if k in store.holds],
-            "cached": rows,
-        }
-        return {"cached": local, "tiers": [tier]}
+        )
+        return Snapshot(local, self.stored(hashes))
 
     def pooled(self, group_id: int) -> Any:
         """Whether the pool holds a key of group ``group_id``."""
         return lambda key: self.pool.get_cached_block(key, [group_id]) is not None
 
-    def admit(self, request: int, tokens: Sequence[int]) -> dict[str, Any]:
+    def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """Schedule the prompt through vLLM's scheduler (module docstring)."""
         if len(tokens) > MAX_MODEL_LEN:
-            return {"rejected": f"longer than max_model_len ({MAX_MODEL_LEN})"}
+            return Rejected(f"longer than max_model_len ({MAX_MODEL_LEN})")
         req = self.request(str(request), tokens)
         q = self.store_query(tokens, req.block_hashes)
         self.connector.serve(q)
@@ -250,7 +246,7 @@ class VllmOffloadEngine:
         local, took = self.settled.local, self.settled.blocks
         if not output.scheduled_new_reqs or local is None or took is None:
             self.scheduler.finish_requests(str(request), RequestStatus.FINISHED_ABORTED)
-            return {"rejected": "vLLM's scheduler could not schedule the prompt in its pool"}
+            return Rejected("vLLM's scheduler could not schedule the prompt in its pool")
         length = output.scheduled_new_reqs[0].num_computed_tokens
         tables = first = self.tables(req, [[] for _ in self.groups])
         while req.num_computed_tokens < len(tokens):
@@ -305,7 +301,7 @@ class VllmOffloadEngine:
             for key in self.view(req, i)
         )
 
-    def stalled(self, req: Request, tables: Any) -> dict[str, Any]:
+    def stalled(self, req: Request, tables: Any) -> Rejected:
         """A prefill vLLM split (at a Mamba block boundary) and cannot go on with in
         this pool: the request is aborted, every block it was given (:attr:`written`,
         those vLLM freed on the way included) loses its cache entries (evicted, never
@@ -318,7 +314,7 @@ class VllmOffloadEngine:
             self.evict(self.pool.blocks[block_id])
         if self.store is not None:
             self.store.undo()
-        return {"rejected": "vLLM's scheduler split the prefill and cannot go on in this pool"}
+        return Rejected("vLLM's scheduler split the prefill and cannot go on in this pool")
 
     def admitted(
         self,
@@ -328,7 +324,7 @@ class VllmOffloadEngine:
         hit: tuple[int, int],
         took: list[list[int]],
         tables: list[list[int | None]],
-    ) -> dict[str, Any]:
+    ) -> Admitted:
         """The admit's answer for a ``hit`` of (length, local tokens), its moves the
         spills and then the restores; then the blocks that left a window are dropped. A
         block index where vLLM put no block is left out of ``reused`` and the restores
@@ -336,20 +332,16 @@ class VllmOffloadEngine:
         length, local = hit
         loads = loaded_blocks(q, local, length)
         restores = self.restores(req, loads, tables)
-        reused = [
-            sorted({b for j in [*took[i], *loads[i]] if (b := tables[i][j]) is not None})
+        reused = tuple(
+            tuple(sorted({b for j in [*took[i], *loads[i]] if (b := tables[i][j]) is not None}))
             for i in range(len(self.groups))
-        ]
+        )
         self.scheduler.kv_cache_manager.remove_skipped_blocks(
             req.request_id, len(req.all_token_ids)
         )
         self.requests[request] = req
-        return {
-            "length": length,
-            "reused": reused,
-            "tables": tables,
-            "moves": [m.to_json() for m in [*self.moves, *restores]],
-        }
+        rows = tuple(map(tuple, tables))
+        return Admitted(length, reused, rows, moves=(*self.moves, *restores))
 
     def restores(
         self, req: Request, loads: list[list[int]], tables: list[list[int | None]]
@@ -389,3 +381,12 @@ def hit_kept(
         for j in indices:
             out[i][j] = first[i][j]
     return out
+
+
+def vllm_offload_engine(options: Mapping[str, str]) -> EngineFactory:
+    """The stateful ``vllm-connector`` built-in for the target's ``options``: its
+    connector answers vLLM's divergent-hits question as the lookup's does by default
+    (``auto``), the only setting driven here."""
+    if options.get("divergent", "auto") != "auto":
+        raise TargetError("--option divergent is for the vllm-connector lookup here")
+    return VllmOffloadEngine
