@@ -57,7 +57,6 @@ import kvhit.engines
 import kvhit.harness
 import kvhit.impl
 import kvhit.model
-from kvhit.harness.compare import ReplyClass
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
 from kvhit.harness.random_cases import CHOICES, QueryShape
@@ -186,7 +185,7 @@ def print_askable(console: Console, tally: Tally) -> None:
     a share of a campaign in the engine's code means something only for cases it can
     be asked."""
     replies = sum(tally.counts.values())
-    refused = tally.counts[ReplyClass.UNSUPPORTED]
+    refused = sum(tally.refused.values())
     console.print(
         f"unsupported: {refused:,} of {replies:,} replies ({refused / max(1, replies):.0%})"
     )
