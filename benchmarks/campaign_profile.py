@@ -19,7 +19,8 @@ sample for the innermost frame that belongs to one of these parts:
 - *protocol*: reading the query from its JSON form, as every target is handed it;
 - *reference*: the model (L*, validity, the finders) that judges each answer, and
   builds the queries of the exhaustive scopes;
-- *harness*: drawing queries, calling the target, judging, counting, shrinking;
+- *harness*: drawing queries, calling the target (``kvhit.targets``: the time limit,
+  the captured output), judging, counting, shrinking;
 - *torch*.
 
 Frames of none of these (Python's library, builtins, pydantic) count for the part
@@ -57,6 +58,7 @@ import kvhit.engines
 import kvhit.harness
 import kvhit.impl
 import kvhit.model
+import kvhit.targets
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
 from kvhit.harness.random_cases import CHOICES, QueryShape
@@ -80,7 +82,9 @@ PARTS = (  # the first marker in a file's path names its part (kvhit's engines/v
     (folder(kvhit.impl), "the target (impl): the rest"),
     (folder(kvhit.model) + "protocol.py", "protocol: the query read from JSON"),
     (folder(kvhit.model), "reference"),
+    (folder(kvhit) + "reference.py", "reference"),
     (folder(kvhit.harness), "harness"),
+    (folder(kvhit.targets), "harness"),
     (folder(kvhit), "harness"),
     (os.sep + "torch" + os.sep, "torch"),
 )
