@@ -157,7 +157,7 @@ def campaign_run(target: str, cases: int, name: str) -> Callable[[], Tally]:
         def programs() -> Tally:
             runner = spec.open(Mode.STATEFUL)
             try:
-                return run_programs(runner, spec.label, plan, programs=cases)
+                return run_programs(runner, spec.record, plan, programs=cases)
             finally:
                 runner.close()
 

@@ -15,9 +15,9 @@ The engines are the tests' own broken ones: each lookup of ``tests/broken_target
 :func:`ignores_tiers` here (tiered): a lookup that declares tiers and answers the
 fixed point of its own pool's rows, as if no tier held anything. The two lookups that
 end the interpreter (a segfault, ``os._exit``) are gated with ``--isolate``: at the
-defaults they end the gate itself, which then saves nothing (exit 2). Until the
-generators draw from a target's declared capabilities, the gate draws tiers only with
-``--shape tiered`` (the default here; ``--declared-tiers`` leaves the shape out).
+defaults they end the gate itself, which then saves nothing (exit 2). The tiered
+lookup gets tiers from its declaration alone (``kvhit.contract.declare(tiers=True)``),
+with no ``--shape``.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from rich.table import Table
 
 from kvhit.contract import declare
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import local_query
-from kvhit.reference import fixed_point_answer
+from kvhit.model.spec import local_query, longest_hit
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "kvhit.cli"]
@@ -50,9 +49,9 @@ POLL = 0.01
 
 @declare(tiers=True)
 def ignores_tiers(query: dict[str, Any]) -> dict[str, Any]:
-    """A lookup that takes tiers and reads its own pool only: the fixed point of the
-    query without its tiers (lost reuse wherever a tier holds what the pool lacks)."""
-    return fixed_point_answer(local_query(parse_query(query))).to_json()
+    """A lookup that takes tiers and reads its own pool only: L* (the fixed point) of
+    the query without its tiers (lost reuse wherever a tier holds what the pool lacks)."""
+    return longest_hit(local_query(parse_query(query))).to_json()
 
 
 class Campaign(StrEnum):
@@ -77,22 +76,15 @@ class Engine:
         """The function's name."""
         return self.target.rpartition(":")[2]
 
-    def shape(self, tiered_shape: bool) -> list[str]:
-        """``--shape tiered`` for the tiered campaign when ``tiered_shape``, else nothing."""
-        return ["--shape", "tiered"] if tiered_shape and self.campaign == Campaign.TIERED else []
-
-    def label(self, tiered_shape: bool) -> str:
-        """The campaign, with the shape it is drawn when one is given."""
-        isolate = ["--isolate"] if self.isolate else []
-        return " ".join([str(self.campaign), *isolate, *self.shape(tiered_shape)])
-
-    def command(self, out: str, tiered_shape: bool) -> list[str]:
-        """The gate's command line, at its defaults, saving into ``out``."""
+    @property
+    def options(self) -> list[str]:
+        """The gate's options beyond its defaults: ``--stateful``, ``--isolate``."""
         stateful = ["--stateful"] if self.campaign == Campaign.STATEFUL else []
-        isolate = ["--isolate"] if self.isolate else []
-        shape = self.shape(tiered_shape)
-        target = ["--target", self.target, *isolate, *shape]
-        return [*CLI, "gate", *stateful, *target, "--out", out, "--json"]
+        return stateful + (["--isolate"] if self.isolate else [])
+
+    def command(self, out: str) -> list[str]:
+        """The gate's command line, at its defaults, saving into ``out``."""
+        return [*CLI, "gate", *self.options, "--target", self.target, "--out", out, "--json"]
 
 
 STATELESS = (
@@ -164,14 +156,14 @@ class Found:
         return "-" if seconds is None else f"{seconds:.2f}"
 
 
-def first_counterexample(engine: Engine, tiered_shape: bool) -> Found:
+def first_counterexample(engine: Engine) -> Found:
     """Run the gate against ``engine`` and time it to its first saved file."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "out")
         with open(Path(tmp, "report.json"), "w+") as report:
             start = time.perf_counter()
             process = subprocess.Popen(
-                engine.command(str(out), tiered_shape),
+                engine.command(str(out)),
                 cwd=ROOT,
                 stdout=report,
                 stderr=subprocess.DEVNULL,
@@ -202,13 +194,7 @@ timed to its exit. Cases: all jobs' cases (programs) when the run stopped."""
 
 @click.command()
 @click.option("--only", multiple=True, help="An engine's function name; repeatable.")
-@click.option(
-    "--tiered-shape/--declared-tiers",
-    default=True,
-    show_default=True,
-    help="The tiered campaign with --shape tiered, or drawn from the target's declaration alone.",
-)
-def main(only: tuple[str, ...], tiered_shape: bool) -> None:
+def main(only: tuple[str, ...]) -> None:
     """Run each engine's gate at its defaults and print the time to its first
     counterexample."""
     engines = [e for e in ENGINES if not only or e.name in only]
@@ -219,11 +205,11 @@ def main(only: tuple[str, ...], tiered_shape: bool) -> None:
     for column in (*columns, "load (s)"):
         table.add_column(column, justify="left" if column in ("engine", "class") else "right")
     for engine in engines:
-        found = first_counterexample(engine, tiered_shape)
+        found = first_counterexample(engine)
         goal = GOALS[engine.campaign]
         table.add_row(
             engine.name,
-            engine.label(tiered_shape),
+            " ".join([engine.campaign, *(o for o in engine.options if o != "--stateful")]),
             f"{found.seconds:.1f}",
             ("met" if found.saved and found.seconds <= goal else "over") + f" {goal:.0f}",
             found.cases,

@@ -26,6 +26,7 @@ from kvhit.harness.gate import exhaustive_cases, random_cases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.model.spec import Group
 from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_record import TargetRecord
 
 BIG_SCOPE = exhaustive.Scope.of(
     (Group("full", 1), Group("sliding_window", 1, window=3), Group("mamba", 1)), max_length=8
@@ -34,7 +35,7 @@ BIG_SCOPE = exhaustive.Scope.of(
 
 def per_call_rate(target: str, phase: Phase) -> tuple[int, float]:
     """Cases checked and seconds taken for one phase on a built-in target."""
-    checker = CaseChecker(TargetSpec(target).open(), target)
+    checker = CaseChecker(TargetSpec(target).open(), TargetRecord(target))
     start = time.perf_counter()
     checker.run(phase)
     seconds = time.perf_counter() - start

@@ -49,15 +49,15 @@ from kvhit.harness.driver import Campaign, gate_campaign
 from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, random_phases
 from kvhit.harness.random_cases import CHOICES
-from kvhit.harness.report import Record, junit_xml, load_disagreement
+from kvhit.harness.report import Record, junit_xml
+from kvhit.harness.saved import ProgramFile, SavedFile, decode, read_queries
 from kvhit.harness.stateful_machine import ProgramPlan
 from kvhit.harness.strategies import hypothesis_files_in
 from kvhit.harness.tally import Tally
-from kvhit.inputs import read_queries, read_text, writable
+from kvhit.inputs import read_text, writable
 from kvhit.model.protocol import QueryError
-from kvhit.targets.registry import Mode
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import is_program_file, load_program_file
+from kvhit.targets.target_record import TargetRecord
 
 FUZZ_SECONDS = 10.0
 MAX_STATES = 1 << 24
@@ -103,7 +103,7 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "counts": dict(tally.counts),
         "phases": dict(tally.by_phase),
         "unsupported_reasons": dict(tally.refused.most_common()),
-        "disagreements": [d.to_json() for d in tally.found],
+        "disagreements": [d.saved().to_json() for d in tally.found],
         "files": [str(path) for path in tally.files],
         "interrupted": tally.interrupted,
         "save_error": tally.save_error,
@@ -396,7 +396,7 @@ def replayed(
     disagrees (``still``, when the file was saved as a disagreement), or ``now``."""
     was = f" (saved as {saved})" if saved else ""
     if as_json:
-        click.echo(json.dumps({"file": name, "saved_class": saved, **d.to_json()}))
+        click.echo(json.dumps({"file": name, "saved_class": saved, **d.saved().to_json()}))
     elif disagrees:
         said = f"still {d.cls}{was}" if saved else f"{d.cls} now"
         click.echo(f"{name}: {said}\n{d.render()}")
@@ -404,28 +404,30 @@ def replayed(
         click.echo(f"{name}: {now}{was}")
 
 
-def replay_file(name: str) -> tuple[Mode, Any, dict[str, Any]]:
-    """A file to replay: a stateful program (``Mode.STATEFUL``) or a query
-    (``Mode.LOOKUP``), and its saved record ({} when nothing was saved); BadInput
-    naming the file."""
+def replay_file(name: str) -> SavedFile:
+    """The saved case file ``name`` holds (a saved disagreement, a plain query or a
+    plain program, :func:`kvhit.harness.saved.decode`); BadInput naming the file."""
     text = read_text(name)
     try:
-        if is_program_file(text):
-            return (Mode.STATEFUL, *load_program_file(text))
-        return (Mode.LOOKUP, *load_disagreement(text))
+        return decode(text)
     except QueryError as err:
         raise BadInput(f"{name}: {err}") from None
 
 
-def replay_target(name: str, record: dict[str, Any], choice: TargetChoice) -> TargetSpec:
-    """The target to replay file ``name`` on: the one given, else the one its record
-    names (said on stderr); BadInput if neither names one."""
+def replay_target(name: str, recorded: TargetRecord | None, choice: TargetChoice) -> TargetSpec:
+    """The target to replay file ``name`` on: the one given, else the one it records,
+    with the options it records (said on stderr); BadInput if neither names one."""
     if choice.given:
         return choice.spec()
-    recorded = record.get("target")
-    if not isinstance(recorded, str):
+    if recorded is None:
         raise BadInput(f"{name} records no target: give --target or --target-cmd")
-    spec = choice.spec(recorded)
+    c = choice
+    try:
+        spec = TargetSpec(
+            recorded.name, recorded.command, c.timeout, c.isolate, recorded.options, c.load_timeout
+        )
+    except TargetError as err:
+        raise BadInput(f"{name}: {err}") from None
     click.echo(f"{name}: replayed on {spec.replay_flag}, the target it records", err=True)
     return spec
 
@@ -440,8 +442,9 @@ def replay(files: tuple[str, ...], target: TargetChoice, as_json: bool) -> None:
     target: the one given, else the one each saved file records."""
     items = []
     for name in files:
-        _, item, record = replay_file(name)
-        items.append((replay_target(name, record, target), item, (name, record.get("class"))))
+        saved = replay_file(name)
+        item = saved.program if isinstance(saved, ProgramFile) else saved.query
+        items.append((replay_target(name, saved.target, target), item, (name, saved.cls)))
 
     def show(tag: tuple[str, str | None], shown: driver.Replayed) -> None:
         name, saved = tag

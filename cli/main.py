@@ -1,8 +1,10 @@
 """The ``kvhit`` command line.
 
-Exit codes everywhere: 0 all good, 1 a disagreement or a failed proof, 2 bad usage
-or bad input. Commands that live with their subsystem (``prove``, ``fuzz``, ``gate``,
-``replay``) are imported only when run, so ``kvhit check`` does not load z3 or torch.
+Exit codes everywhere (docs/cli.md): 0 all good, 1 a disagreement or a failed proof,
+2 bad usage or bad input, 130 interrupted (Ctrl-C). Commands that live with their
+subsystem (``prove``, ``fuzz``, ``gate``, ``replay``, ``matrix``, ``export``:
+:data:`LAZY_COMMANDS`) are imported only when run, so ``kvhit check`` does not load
+z3 or torch.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import click
 
 from kvhit.cli.check import check_report, check_text, explain_text
 from kvhit.errors import BadInput
+from kvhit.harness.saved import read_queries
 from kvhit.importing import import_attr
-from kvhit.inputs import read_queries
 
 LAZY_COMMANDS = {
     "prove": "kvhit.cli.prove:prove",
@@ -23,7 +25,7 @@ LAZY_COMMANDS = {
     "gate": "kvhit.cli.campaign:gate",
     "replay": "kvhit.cli.campaign:replay",
     "matrix": "kvhit.cli.matrix:matrix",
-    "export": "kvhit.cli.export:export",
+    "export": "kvhit.cli.export_command:export",
 }
 
 

@@ -15,7 +15,7 @@ from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.targets.registry import default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, LOAD_TIMEOUT
-from kvhit.targets.spec import COMMAND_LABEL, TargetSpec
+from kvhit.targets.spec import TargetSpec
 
 REPLAY_OUT = "kvhit-disagreements"
 DEFAULT_STEPS = 20
@@ -74,23 +74,6 @@ def option_option() -> Decorator:
     )
 
 
-def recorded_target(label: str) -> tuple[str | None, str | None, tuple[tuple[str, str], ...]]:
-    """The --target, --target-cmd and options that a report's target ``label``
-    (:attr:`TargetSpec.label`) names.
-
-    >>> recorded_target("vllm[eagle=drop]")
-    ('vllm', None, (('eagle', 'drop'),))
-    >>> recorded_target("cmd:./engine --fast")[1]
-    './engine --fast'
-    """
-    if label.startswith(COMMAND_LABEL):
-        return None, label.removeprefix(COMMAND_LABEL), ()
-    name, bracket, given = label.partition("[")
-    if not bracket or not given.endswith("]") or ":" in name:
-        return label, None, ()
-    return name, None, parse_options(tuple(given[:-1].split(",")))
-
-
 @dataclass(frozen=True)
 class TargetChoice:
     """``--target`` or ``--target-cmd`` as given (``kvhit replay`` may give neither:
@@ -108,12 +91,9 @@ class TargetChoice:
         """Whether --target or --target-cmd was given."""
         return self.name is not None or self.command is not None
 
-    def spec(self, recorded: str | None = None) -> TargetSpec:
-        """The target given or, when none was, the one whose label a saved file
-        ``recorded``; BadInput if the options do not name one target."""
+    def spec(self) -> TargetSpec:
+        """The target given; BadInput if the options do not name one target."""
         name, command, options = self.name, self.command, self.options
-        if not self.given and recorded is not None:
-            name, command, options = recorded_target(recorded)
         try:
             return TargetSpec(name, command, self.timeout, self.isolate, options, self.load_timeout)
         except TargetError as err:

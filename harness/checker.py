@@ -8,7 +8,8 @@ disagreement of each class is shrunk (keeping its class), saved, then reported t
 
     >>> from kvhit.targets.spec import TargetSpec
     >>> from kvhit.harness.random_cases import random_queries
-    >>> checker = CaseChecker(TargetSpec("seed-min").open(), "seed-min")
+    >>> from kvhit.targets.target_record import TargetRecord
+    >>> checker = CaseChecker(TargetSpec("seed-min").open(), TargetRecord("seed-min"))
     >>> checker.run(Phase("random", ((q, None) for q in random_queries(1, 300))))
     True
     >>> found = checker.tally.found
@@ -31,6 +32,7 @@ from kvhit.harness.shrink import shrink
 from kvhit.harness.tally import Tally
 from kvhit.model.spec import Answer, Query, longest_hit
 from kvhit.targets.runner import Runner, alarm_handler
+from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import json_safe
 
 Case = tuple[Query, Answer | None]  # the query and, when the source knows it, L*'s answer
@@ -63,7 +65,7 @@ class CaseChecker:
     """Checks cases against one target and keeps the :class:`Tally`."""
 
     runner: Runner
-    target: str
+    target: TargetRecord
     out_dir: Path | None = None
     on_found: Callable[[Disagreement, Path | None], None] = lambda d, path: None
     on_case: Callable[[Tally], None] = lambda tally: None
@@ -80,7 +82,7 @@ class CaseChecker:
     """The case being checked: (its phase's place in the run, its number in the phase)."""
 
     def __post_init__(self) -> None:
-        self.tally = Tally(self.target)
+        self.tally = Tally(self.target.label)
 
     def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
         """Run the target on ``q`` and classify its reply; also the raw answer. L* is

@@ -6,7 +6,8 @@ kvhit.cli.corpus``) and kept in ``corpus.json`` next to this module, one entry
 ``{"wrong": algorithm, "query": ...}`` a line; reading them needs no solver, so the
 gate does not load z3. The boundary states (windows, chunks, alignments and M at and around
 block and alignment boundaries, with one hole at each block) are cheap and built on
-the fly.
+the fly, and so are their tiered forms (the hole held by an external tier). A target is
+asked only those its capabilities allow (:func:`corpus_queries`).
 
     >>> entry = stored()[0]
     >>> sorted(entry), entry["wrong"]
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kvhit.contract import BASE, Capabilities
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Drafter, Group, Kind, Query, Upto, WindowConvention
+from kvhit.model.spec import Drafter, Group, Kind, Query, Tier, Upto, WindowConvention
 
 CORPUS_FILE = "corpus.json"
 SOURCE = Path(__file__).with_name(CORPUS_FILE)
@@ -125,9 +128,26 @@ def holes(
             yield Query(groups, (first, *rows[1:]), max_length, tokens, alignment, hash_unit)
 
 
-def corpus_queries() -> Iterator[Query]:
-    """The whole corpus: the solver states, then the boundary states, then those with
-    a hash unit."""
-    yield from solver_queries()
-    yield from boundary_queries()
-    yield from unit_queries()
+def tiered_boundary_queries() -> Iterator[Query]:
+    """Each boundary state with a hole, the hole held by an external tier ``cpu`` that
+    holds group 0's kind and nothing else: L* reads past the pool's hole, so a target
+    that ignores the tier, or one that combines the pool's and the tier's hits wrongly
+    (:data:`kvhit.model.algorithms.WRONG_TIER_COMBINATIONS`), answers short or long."""
+    for q in boundary_queries():
+        row = q.cached[0]
+        if all(row):
+            continue
+        kept = tuple(not bit for bit in row)
+        others = (None,) * (len(q.groups) - 1)
+        yield replace(q, tiers=(Tier("cpu", frozenset({q.groups[0].kind}), (kept, *others)),))
+
+
+def corpus_queries(capabilities: Capabilities = BASE) -> Iterator[Query]:
+    """The whole corpus a target of ``capabilities`` can be asked: the solver states,
+    then the boundary states, then those with a hash unit, then (when it takes tiers)
+    the tiered boundary states."""
+    every = [solver_queries(), boundary_queries(), unit_queries()]
+    if capabilities.tiers:
+        every.append(tiered_boundary_queries())
+    for source in every:
+        yield from (q for q in source if capabilities.allows(q))

@@ -38,6 +38,7 @@ from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner, alarm_handler
 from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import Program
+from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import json_safe
 
 Phases = Callable[[Capabilities], list[Phase]]
@@ -96,7 +97,7 @@ def run_program_campaign(campaign: Campaign, plan: ProgramPlan, on_progress: OnP
         return Tally(spec.label, operations=0, interrupted=True)
     try:
         tally = run_programs(
-            runner, spec.label, plan, campaign.seconds, campaign.cases, on_progress
+            runner, spec.record, plan, campaign.seconds, campaign.cases, on_progress
         )
     except KeyboardInterrupt:
         return Tally(spec.label, operations=0, interrupted=True)
@@ -145,8 +146,8 @@ def gate(
     if isinstance(target, TargetSpec):
         return run(gate_campaign(target, seconds, seed, out))
     runner = CallableRunner(target, timeout)
-    label = getattr(target, "__name__", "target")
-    checker = CaseChecker(runner, label, out, stop_at_first=True)
+    record = TargetRecord(getattr(target, "__name__", "target"))
+    checker = CaseChecker(runner, record, out, stop_at_first=True)
     with alarm_handler():
         for phase in gate_phases(seconds, seed, capabilities=runner.capabilities):
             if not checker.run(phase):
@@ -169,20 +170,20 @@ def replay(spec: TargetSpec, item: Query | Program) -> Replayed:
     mode = Mode.LOOKUP if isinstance(item, Query) else Mode.STATEFUL
     runner = spec.open(mode)
     try:
-        return replayed_on(runner, spec.label, item)
+        return replayed_on(runner, spec.record, item)
     finally:
         runner.close()
 
 
-def replayed_on(runner: Runner, label: str, item: Query | Program) -> Replayed:
-    """:func:`replay` on an open runner (of the mode ``item`` needs)."""
+def replayed_on(runner: Runner, target: TargetRecord, item: Query | Program) -> Replayed:
+    """:func:`replay` on an open runner (of the mode ``item`` needs) of ``target``."""
     if isinstance(item, Query):
         reply = runner.ask(item)
         outcome = judge_reply(item, reply, longest_hit(item))
-        d = Disagreement(label, outcome.cls, item, json_safe(reply.value), outcome.reason)
+        d = Disagreement(target, outcome.cls, item, json_safe(reply.value), outcome.reason)
         return Replayed(d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}")
     steps = run_program(runner, item)
-    p = disagreement_of(label, item, steps)
+    p = disagreement_of(target, item, steps)
     return Replayed(
         p, p.last.outcome.disagrees, f"every operation ok now ({len(steps)} operations)"
     )
@@ -201,7 +202,7 @@ def replay_all(
             mode = Mode.LOOKUP if isinstance(item, Query) else Mode.STATEFUL
             if (spec, mode) not in runners:
                 runners[spec, mode] = spec.open(mode)
-            shown = replayed_on(runners[spec, mode], spec.label, item)
+            shown = replayed_on(runners[spec, mode], spec.record, item)
             on_replayed(tag, shown)
             failed += shown.disagrees
     finally:

@@ -31,19 +31,22 @@ holds every drafter's key at L). The masks come from the spec's own
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations, product
 from math import prod
 
 import torch
 
+from kvhit.contract import BASE, Capabilities
+from kvhit.harness.random_cases import TIER_NAMES
 from kvhit.model.spec import (
     Answer,
     Drafter,
     Group,
     Kind,
     Query,
+    Tier,
     Upto,
     WindowConvention,
     answer_at,
@@ -73,14 +76,21 @@ class Scope:
         num_tokens: int | None = None,
         alignment: int | None = None,
         hash_unit: int | None = None,
+        tiers: Sequence[frozenset[Kind]] = (),
     ) -> Scope:
         """The scope of ``groups`` at M = ``max_length`` (T and A default as in the
-        protocol: M + 1, and the hash unit or else the lcm of the block sizes)."""
+        protocol: M + 1, and the hash unit or else the lcm of the block sizes), with
+        an external tier holding each of the kind sets ``tiers`` (a row for every group
+        of a kind it holds)."""
         tokens = max_length + 1 if num_tokens is None else num_tokens
         default = default_alignment(groups) if hash_unit is None else hash_unit
         align = default if alignment is None else alignment
         rows = tuple(() for _ in groups)
-        return Scope(Query(groups, rows, max_length, tokens, align, hash_unit))
+        held = tuple(
+            Tier(name, holds, tuple(() if g.kind in holds else None for g in groups))
+            for name, holds in zip(TIER_NAMES, tiers)
+        )
+        return Scope(Query(groups, rows, max_length, tokens, align, hash_unit, held))
 
     @property
     def groups(self) -> tuple[Group, ...]:
@@ -100,8 +110,20 @@ class Scope:
         """:meth:`units_of` each group."""
         return [self.units_of(g) for g in self.groups]
 
+    def rows(self) -> list[tuple[int | None, int]]:
+        """The rows a state sets, in digit order: each group's local row (tier None),
+        then each tier's row of each group it has one for (its index in the tiers)."""
+        local: list[tuple[int | None, int]] = [(None, i) for i in range(len(self.groups))]
+        return local + [
+            (t, i)
+            for t, tier in enumerate(self.template.tiers)
+            for i, row in enumerate(tier.cached)
+            if row is not None
+        ]
+
     def offsets(self) -> list[int]:
-        """The fine bit that holds unit 0 of each group's block 0."""
+        """The fine bit that holds unit 0 of each group's block 0 (in the held rows: a
+        tier's row of a group shares the group's bits)."""
         out, at = [], 0
         for count, units in zip(self.blocks(), self.units()):
             out.append(at)
@@ -110,8 +132,9 @@ class Scope:
 
     @property
     def states(self) -> int:
-        """The number of cache states: the product of every block's levels."""
-        return prod((units + 1) ** count for count, units in zip(self.blocks(), self.units()))
+        """The number of cache states: the product of every block's levels, in every row."""
+        blocks, units = self.blocks(), self.units()
+        return prod((units[i] + 1) ** blocks[i] for _, i in self.rows())
 
     def need_mask(self, length: int) -> int | None:
         """The fine bits that must be set for a hit of ``length``; None if the request
@@ -133,33 +156,48 @@ class Scope:
             return Upto(j * g.block_size + level * (g.block_size // units))
         return level == units
 
-    def digits(self, code: int) -> Iterator[tuple[int, int, int]]:
-        """(group, block, level) of every block of state ``code``, in digit order."""
-        for i, (count, units) in enumerate(zip(self.blocks(), self.units())):
-            for j in range(count):
-                code, level = divmod(code, units + 1)
-                yield i, j, level
+    def digits(self, code: int) -> Iterator[tuple[int | None, int, int, int]]:
+        """(tier or None, group, block, level) of every block of every row of state
+        ``code``, in digit order."""
+        blocks, units = self.blocks(), self.units()
+        for t, i in self.rows():
+            for j in range(blocks[i]):
+                code, level = divmod(code, units[i] + 1)
+                yield t, i, j, level
 
     def query(self, code: int) -> Query:
         """The query of state ``code``."""
-        rows: list[list[bool | Upto]] = [[] for _ in self.groups]
-        for i, j, level in self.digits(code):
-            rows[i].append(self.entry(self.groups[i], j, level))
-        return replace(self.template, cached=tuple(map(tuple, rows)))
+        tiers = self.template.tiers
+        rows: list[list[list[bool | Upto]]] = [[[] for _ in self.groups] for _ in (None, *tiers)]
+        for t, i, j, level in self.digits(code):
+            rows[0 if t is None else t + 1][i].append(self.entry(self.groups[i], j, level))
+        held = tuple(
+            replace(
+                tier,
+                cached=tuple(
+                    tuple(r) if c is not None else None for r, c in zip(kept, tier.cached)
+                ),
+            )
+            for tier, kept in zip(tiers, rows[1:])
+        )
+        return replace(self.template, cached=tuple(map(tuple, rows[0])), tiers=held)
 
     def fine_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """The fine bitmaps of the states ``codes`` (the codes themselves without a
-        hash unit): each block's level, looked up as its units' bits."""
+        """The fine bitmaps of the *held* rows of the states ``codes`` (the codes
+        themselves without a hash unit or tiers): each block's level, looked up as its
+        units' bits, in every row that holds the group."""
         h = self.template.hash_unit
-        if h is None:
+        if h is None and not self.template.tiers:
             return codes
         out, rest = torch.zeros_like(codes), codes.clone()
-        for g, count, units, at in zip(self.groups, self.blocks(), self.units(), self.offsets()):
-            bits = [fine_row(g, (self.entry(g, 0, k),), h) for k in range(units + 1)]
-            table = torch.tensor([sum(b << i for i, b in enumerate(row)) for row in bits])
-            for j in range(count):
-                out |= table[rest % (units + 1)] << (at + j * units)
-                rest = rest // (units + 1)
+        blocks, units, offsets = self.blocks(), self.units(), self.offsets()
+        for _, i in self.rows():
+            g, levels = self.groups[i], units[i] + 1
+            bits = [fine_row(g, (self.entry(g, 0, k),), h or g.block_size) for k in range(levels)]
+            table = torch.tensor([sum(b << n for n, b in enumerate(row)) for row in bits])
+            for j in range(blocks[i]):
+                out |= table[rest % levels] << (offsets[i] + j * units[i])
+                rest = rest // levels
         return out
 
 
@@ -216,8 +254,9 @@ def gate_groups() -> list[Group]:
 
 
 def unit_groups() -> list[Group]:
-    """Small groups of every kind whose blocks hold two hash units of 1 token (one
-    holds four), with a drop and a lookahead drafter: where sub-block hits and
+    """Small groups of every kind whose blocks hold two hash units of 1 token (a full
+    and a Mamba block hold four: a Mamba block whose states sit at several fine
+    boundaries), with a drop and a lookahead drafter: where sub-block hits and
     partially filled blocks change L*."""
     return [
         Group(Kind.FULL, 2),
@@ -226,16 +265,47 @@ def unit_groups() -> list[Group]:
         Group(Kind.SLIDING_WINDOW, 2, window=4),
         Group(Kind.CHUNKED_LOCAL, 2, chunk=3),
         Group(Kind.MAMBA, 2),
+        Group(Kind.MAMBA, 4),
         Group(Kind.FULL, 2, drafter=Drafter.DROP),
         Group(Kind.MAMBA, 2, drafter=Drafter.LOOKAHEAD, lookahead=2),
     ]
 
 
-def gate_scopes(max_length: int = 4) -> list[Scope]:
-    """The gate's scopes: each small group alone with M = ``max_length``, and every
+def tier_groups() -> list[Group]:
+    """One group of each kind at b = 1, for the tiered scopes."""
+    return [
+        Group(Kind.FULL, 1),
+        Group(Kind.SLIDING_WINDOW, 1, window=2),
+        Group(Kind.CHUNKED_LOCAL, 1, chunk=2),
+        Group(Kind.MAMBA, 1),
+    ]
+
+
+TIER_MAX_LENGTH = 1
+"""M of the tiered scopes: the smallest at which their states separate L* from every
+known-wrong tier combination (:data:`kvhit.model.algorithms.WRONG_TIER_COMBINATIONS`)
+and from the answer of the pool alone (a test keeps it so)."""
+
+
+def tiered_scopes(max_length: int = TIER_MAX_LENGTH) -> list[Scope]:
+    """Each :func:`tier_groups` group alone and every ordered pair, at M =
+    ``max_length``, with one external tier holding each non-empty set of their kinds:
+    where a hit assembled across the pool and a tier goes wrong (docs/design.md §1.7)."""
+    out = []
+    for groups in [*((g,) for g in tier_groups()), *product(tier_groups(), repeat=2)]:
+        kinds = sorted({g.kind for g in groups})
+        for size in range(1, len(kinds) + 1):
+            for holds in combinations(kinds, size):
+                out.append(Scope.of(groups, max_length, tiers=[frozenset(holds)]))
+    return out
+
+
+def gate_scopes(max_length: int = 4, capabilities: Capabilities = BASE) -> list[Scope]:
+    """The gate's scopes a target of ``capabilities`` can be asked (each checked once,
+    on its configuration): each small group alone with M = ``max_length``, and every
     ordered pair with M one less (to keep the count of states small); then the same
     for the :func:`unit_groups` with a hash unit of 1 token, at M one more and with
-    unordered pairs."""
+    unordered pairs; then, when it takes tiers, the :func:`tiered_scopes`."""
     groups = gate_groups()
     singles = [Scope.of((g,), max_length) for g in groups]
     pairs = [Scope.of(pair, max_length - 1) for pair in product(groups, repeat=2)]
@@ -243,4 +313,6 @@ def gate_scopes(max_length: int = 4) -> list[Scope]:
     m = max_length + 1
     fine_singles = [Scope.of((g,), m, hash_unit=1) for g in fine]
     fine_pairs = [Scope.of(pair, m - 1, hash_unit=1) for pair in combinations(fine, 2)]
-    return singles + pairs + fine_singles + fine_pairs
+    tiered = tiered_scopes() if capabilities.tiers else []
+    every = singles + pairs + fine_singles + fine_pairs + tiered
+    return [scope for scope in every if capabilities.allows(scope.template)]

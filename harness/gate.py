@@ -3,16 +3,18 @@ queries for the time budget. Used by ``kvhit gate``, ``kvhit verify`` and the
 pytest plugin.
 
     >>> from kvhit.targets.spec import TargetSpec
-    >>> tally = run_gate(CaseChecker(TargetSpec("model").open(), "model"), seconds=0.2)
+    >>> from kvhit.targets.target_record import TargetRecord
+    >>> tally = run_gate(CaseChecker(TargetSpec("model").open(), TargetRecord("model")), 0.2)
     >>> tally.disagreements, tally.cases > 7000
     (0, True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 
-from kvhit.contract import BASE, Capabilities
+from kvhit.contract import BASE, Capabilities, capabilities_of
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.checker import Case, CaseChecker, Phase
 from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
@@ -21,53 +23,67 @@ from kvhit.harness.tally import Tally
 DEFAULT_SECONDS = 20.0
 
 
-def exhaustive_cases() -> Iterator[Case]:
-    """Every state of every gate scope, with L* from the vectorized reference."""
-    for scope in exhaustive.gate_scopes():
+def exhaustive_cases(capabilities: Capabilities = BASE) -> Iterator[Case]:
+    """Every state of every gate scope a target of ``capabilities`` can be asked, with
+    L* from the vectorized reference."""
+    for scope in exhaustive.gate_scopes(capabilities=capabilities):
         yield from exhaustive.cases(scope)
 
 
-def corpus_cases() -> Iterator[Case]:
-    """The solver and boundary states (L* worked out by the engine)."""
-    return ((q, None) for q in corpus.corpus_queries())
+def corpus_cases(capabilities: Capabilities = BASE) -> Iterator[Case]:
+    """The solver and boundary states a target of ``capabilities`` can be asked (L*
+    worked out by the engine)."""
+    return ((q, None) for q in corpus.corpus_queries(capabilities))
 
 
 def random_cases(
-    seed: int, max_blocks: int, kinds: Sequence[str], shape: str = QueryShape.ANY
+    seed: int,
+    max_blocks: int,
+    kinds: Iterable[str],
+    shape: str = QueryShape.ANY,
+    capabilities: Capabilities = BASE,
+    redrawn: Counter[str] | None = None,
 ) -> Iterator[Case]:
-    """Endless seeded random queries of ``shape``."""
-    return ((q, None) for q in random_queries(seed, None, max_blocks, kinds, shape))
+    """Endless seeded random queries of ``shape`` that a target of ``capabilities`` can
+    be asked (those its rules refuse drawn again, counted in ``redrawn`` by reason)."""
+    drawn = random_queries(seed, None, max_blocks, kinds, shape, capabilities, redrawn)
+    return ((q, None) for q in drawn)
 
 
 def random_phases(
     seed: int,
     max_blocks: int,
-    kinds: Sequence[str],
+    kinds: Iterable[str],
     seconds: float | None,
     cases: int | None,
     shape: str = QueryShape.ANY,
     capabilities: Capabilities = BASE,
+    redrawn: Counter[str] | None = None,
 ) -> list[Phase]:
     """``kvhit fuzz``'s one phase: seeded random queries of ``shape`` for ``seconds``
-    or ``cases``."""
-    return [Phase("random", random_cases(seed, max_blocks, kinds, shape), seconds, cases)]
+    or ``cases``, of what ``capabilities`` declare (:func:`random_cases`)."""
+    drawn = random_cases(seed, max_blocks, kinds, shape, capabilities, redrawn)
+    return [Phase("random", drawn, seconds, cases)]
 
 
 def gate_phases(
-    seconds: float = DEFAULT_SECONDS,
+    seconds: float | None = DEFAULT_SECONDS,
     seed: int = 0,
     max_blocks: int = 8,
-    kinds: Sequence[str] = CHOICES,
+    kinds: Iterable[str] = CHOICES,
     cases: int | None = None,
     shape: str = QueryShape.ANY,
     capabilities: Capabilities = BASE,
+    redrawn: Counter[str] | None = None,
 ) -> list[Phase]:
-    """The three phases; the random one draws queries of ``shape`` for ``seconds``
-    (and at most ``cases`` cases)."""
+    """The three phases, each of what ``capabilities`` declare (tiered states too when
+    they take tiers); the random one draws queries of ``shape`` for ``seconds`` (and at
+    most ``cases`` cases)."""
+    drawn = random_cases(seed, max_blocks, kinds, shape, capabilities, redrawn)
     return [
-        Phase("exhaustive", exhaustive_cases()),
-        Phase("corpus", corpus_cases()),
-        Phase("random", random_cases(seed, max_blocks, kinds, shape), seconds, cases),
+        Phase("exhaustive", exhaustive_cases(capabilities)),
+        Phase("corpus", corpus_cases(capabilities)),
+        Phase("random", drawn, seconds, cases),
     ]
 
 
@@ -86,5 +102,7 @@ def run_gate(
     seed: int = 0,
     shape: str = QueryShape.ANY,
 ) -> Tally:
-    """The gate with its defaults on ``checker``, random queries of ``shape``; its tally."""
-    return run_phases(checker, gate_phases(seconds, seed, shape=shape))
+    """The gate with its defaults on ``checker``, random queries of ``shape``, of what
+    its target declares (its runner's capabilities); its tally."""
+    capabilities = capabilities_of(checker.runner)
+    return run_phases(checker, gate_phases(seconds, seed, shape=shape, capabilities=capabilities))

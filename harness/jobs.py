@@ -133,7 +133,7 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
 
     checker = CaseChecker(
         runner,
-        label,
+        campaign.spec.record,
         campaign.out,
         on_found=found,
         on_case=tick,

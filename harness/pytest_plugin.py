@@ -50,7 +50,7 @@ def gate_or_fail(
         d = tally.found[0]
         pytest.fail(
             f"kvhit gate: {name} disagrees with the reference ({d.cls}) after {tally.cases} "
-            f"cases\n{d.render()}\nreplay file: {out_dir / d.name()}",
+            f"cases\n{d.render()}\nreplay file: {out_dir / d.saved().file_name()}",
             pytrace=False,
         )
     return tally

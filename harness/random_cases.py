@@ -1,4 +1,10 @@
-"""A fast seeded random generator of queries: the same seed gives the same queries.
+"""A fast seeded random generator of queries: the same seed and capabilities give the
+same queries.
+
+A target is drawn only what it declares (docs/design.md §5.2): its
+:class:`~kvhit.contract.Capabilities`, narrowed by a user's ``--kinds`` choices, make a
+:class:`Palette` (kinds, drafters, window conventions, hash units, tiers), and a query
+its capability rules refuse is drawn again, counted by the rule's reason.
 
 Windows, chunks, M and the cache density are drawn near the values where hits
 change: windows and chunks around multiples of the block size, M around multiples
@@ -6,7 +12,8 @@ of the alignment, and rows that are mostly cached with a few holes. About 30% of
 windows are exclusive (SGLang's convention), the rest inclusive; about 30% of the
 groups carry a drafter (any behaviour their kind can have, :data:`DRAFTERS`), and
 about a quarter of the queries have a hash unit h finer than their blocks, with
-some blocks partially filled (:class:`kvhit.model.spec.Upto`).
+some blocks partially filled (:class:`kvhit.model.spec.Upto`); for a target that
+takes tiers, four queries in five have external tiers (:func:`random_tiers`).
 
     >>> a = [q.to_json() for q in random_queries(seed=3, count=5)]
     >>> b = [q.to_json() for q in random_queries(seed=3, count=5)]
@@ -17,14 +24,15 @@ some blocks partially filled (:class:`kvhit.model.spec.Upto`).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from functools import cache
 from itertools import count as forever
 from math import lcm
 from typing import Any
 
+from kvhit.contract import BASE, Capabilities, Rule
 from kvhit.model.spec import (
     DRAFTERS,
     EAGLE_KINDS,
@@ -95,12 +103,86 @@ def kinds_of(picked: Sequence[Choice]) -> list[Kind]:
     return [Kind(k) for k in picked if k in KINDS] or [Kind.FULL]
 
 
-@cache
-def drawable(kinds: tuple[str, ...]) -> tuple[Kind, ...]:
-    """:func:`kinds_of` the choices ``kinds`` names, parsed once per tuple (a
-    generator draws a group's kind from them for every group it makes)."""
-    return tuple(kinds_of(choices(kinds)))
+@dataclass(frozen=True)
+class Palette:
+    """What a generator draws for one target: the kinds, the drafters each kind may
+    carry, the window conventions, whether a hash unit and external tiers, all from the
+    target's :class:`~kvhit.contract.Capabilities` narrowed by a user's choices
+    (:func:`palette`); and the capability rules a drawn query must pass.
 
+    >>> p = palette(Capabilities(kinds=["full", "mamba"], hash_units=False), ["mamba", "eagle"])
+    >>> p.kinds, p.drafters_for(Kind.MAMBA), p.hash_units
+    ((<Kind.MAMBA: 'mamba'>,), (), False)
+    """
+
+    kinds: tuple[Kind, ...]
+    drafters: Mapping[Kind, tuple[Drafter, ...]]
+    conventions: tuple[WindowConvention, ...]
+    hash_units: bool
+    tiers: bool
+    rules: tuple[Rule, ...] = ()
+
+    def drafters_for(self, kind: Kind) -> tuple[Drafter, ...]:
+        """The drafters a group of ``kind`` may be drawn with."""
+        return self.drafters.get(kind, ())
+
+    def only(self, kinds: Iterable[Kind], drafters: bool = True) -> Palette:
+        """This palette with groups of ``kinds`` alone (those it has), without drafters
+        unless ``drafters``."""
+        kept = tuple(k for k in self.kinds if k in set(kinds))
+        carried = {k: self.drafters_for(k) for k in kept} if drafters else {}
+        return replace(self, kinds=kept, drafters=carried)
+
+    def refusal(self, q: Query) -> str | None:
+        """Why a capability rule refuses ``q`` (the declared data it meets by
+        construction), or None."""
+        for rule in self.rules:
+            why = rule.refuses(q)
+            if why is not None:
+                return why
+        return None
+
+
+def palette(capabilities: Capabilities = BASE, picked: Iterable[str] = CHOICES) -> Palette:
+    """What may be drawn for a target of ``capabilities`` under the choices ``picked``
+    (a user's ``--kinds``, a further narrowing): the kinds both allow (a sliding window
+    only with a convention it takes), drafters as :func:`drafters_for` the choices
+    allow and the capabilities take, a hash unit when both allow one, tiers when the
+    capabilities take them. ValueError for a choice that is none, or when nothing is
+    left to draw.
+
+    >>> palette(Capabilities(kinds=["full"]), ["mamba"])
+    Traceback (most recent call last):
+    ...
+    ValueError: the target takes none of the kinds picked (mamba); it takes full
+    """
+    chosen = choices(picked)
+    conventions = tuple(c for c in WindowConvention if c in capabilities.conventions)
+    takes = [k for k in Kind if k in capabilities.kinds]
+    if not conventions and Kind.SLIDING_WINDOW in takes:
+        takes.remove(Kind.SLIDING_WINDOW)
+    wanted = kinds_of(chosen)
+    kinds = tuple(k for k in wanted if k in takes)
+    if not kinds:
+        names = ", ".join(k.value for k in wanted)
+        raise ValueError(
+            f"the target takes none of the kinds picked ({names}); it takes {', '.join(takes)}"
+        )
+    drafters = {
+        k: tuple(d for d in drafters_for(chosen, k) if d in capabilities.drafters) for k in kinds
+    }
+    return Palette(
+        kinds,
+        drafters,
+        conventions,
+        Choice.HASH_UNIT in chosen and capabilities.hash_units,
+        capabilities.tiers,
+        capabilities.rules,
+    )
+
+
+EVERY = palette()
+"""The palette of the base language and every choice: what an undeclared target is drawn."""
 
 DRAWN_BLOCK_SIZES = (1, 1, 1, 2, 4)
 
@@ -111,45 +193,48 @@ def near(rng: random.Random, unit: int, top: int) -> int:
 
 
 def make_group(
-    kinds: Sequence[str],
+    drawn: Palette,
     pick: Callable[[Sequence[Any]], Any],
     block_size: Callable[[], int],
     span: Callable[[int], int],
     coin: Callable[[], bool],
     lookahead: Callable[[int], int] = lambda b: b,
 ) -> Group:
-    """One group: its kind picked from ``kinds``, then its ``block_size()`` b, then a
-    window or chunk of ``span(b)`` tokens; when ``kinds`` allows the kind a drafter
-    (:func:`drafters_for`) and ``coin()`` says so, a drafter picked from those, with
-    La = ``lookahead(b)`` for a lookahead one; a window is exclusive (SGLang's
-    convention) when a last ``coin()`` says so, else inclusive. Every generator builds
-    its groups here, each drawing its own way (its coin's False, the common case,
-    shrinks first).
+    """One group: its kind picked from the palette ``drawn``, then its ``block_size()``
+    b, then a window or chunk of ``span(b)`` tokens; when the palette has drafters for
+    the kind and ``coin()`` says so, a drafter picked from those, with La =
+    ``lookahead(b)`` for a lookahead one; a window is exclusive (SGLang's convention)
+    when a last ``coin()`` says so, else inclusive (that coin is tossed only when the
+    palette takes both conventions). Every generator builds its groups here, each
+    drawing its own way (its coin's False, the common case, shrinks first).
 
-    >>> make_group(["sliding_window", "eagle"], min, lambda: 2, lambda b: b + 1, lambda: True)
+    >>> make_group(palette(picked=["sliding_window", "eagle"]), min, lambda: 2, lambda b: b + 1, lambda: True)
     Group(kind=<Kind.SLIDING_WINDOW: 'sliding_window'>, block_size=2, window=3, chunk=None, drafter=<Drafter.DROP: 'drop'>, window_convention=<WindowConvention.EXCLUSIVE: 'exclusive'>)
     >>> last = lambda options: options[-1]
-    >>> make_group(["mamba", "drafter"], last, lambda: 2, min, lambda: True, lambda b: 3)
+    >>> make_group(palette(picked=["mamba", "drafter"]), last, lambda: 2, min, lambda: True, lambda b: 3)
     Group(kind=<Kind.MAMBA: 'mamba'>, block_size=2, window=None, chunk=None, drafter=<Drafter.LOOKAHEAD: 'lookahead'>, lookahead=3)
     """
-    kind = pick(drawable(tuple(kinds)))
+    kind = pick(drawn.kinds)
     b = block_size()
     parameter = span(b) if PARAMETERS[kind] is not None else None
-    allowed = drafters_for(kinds, kind)
+    allowed = drawn.drafters_for(kind)
     drafter = pick(allowed) if allowed and coin() else None
-    exclusive = kind == Kind.SLIDING_WINDOW and coin()
-    convention = WindowConvention.EXCLUSIVE if exclusive else WindowConvention.INCLUSIVE
+    convention = WindowConvention.INCLUSIVE
+    if kind == Kind.SLIDING_WINDOW:
+        both = len(drawn.conventions) > 1
+        exclusive = coin() if both else drawn.conventions == (WindowConvention.EXCLUSIVE,)
+        convention = WindowConvention.EXCLUSIVE if exclusive else WindowConvention.INCLUSIVE
     group = group_of(kind, b, parameter, drafter, convention)
     return replace(group, lookahead=lookahead(b)) if drafter == Drafter.LOOKAHEAD else group
 
 
 def random_group(
-    rng: random.Random, kinds: Sequence[str], max_blocks: int, b: int, least: int = 1
+    rng: random.Random, drawn: Palette, max_blocks: int, b: int, least: int = 1
 ) -> Group:
     """One group of block size ``b``, windows and chunks near multiples of ``b`` (and
     at least ``least`` tokens), a lookahead drafter's La from 0 to b + 1."""
     return make_group(
-        kinds,
+        drawn,
         rng.choice,
         lambda: b,
         lambda b: max(least, near(rng, b, b * max_blocks)),
@@ -186,27 +271,27 @@ DRAWN_UNITS = (1, 1, 2)
 """The hash units drawn; each block size is then a multiple of the unit."""
 
 
-def unit_and_sizes(
-    rng: random.Random, kinds: Sequence[str], groups: int
-) -> tuple[int | None, list[int]]:
-    """A hash unit (a quarter of the time, when ``kinds`` allows one) and ``groups``
+def unit_and_sizes(rng: random.Random, drawn: Palette, groups: int) -> tuple[int | None, list[int]]:
+    """A hash unit (a quarter of the time, when the palette has one) and ``groups``
     block sizes, the first a common size that most others share: without a unit from
     :data:`DRAWN_BLOCK_SIZES`, with unit h multiples of h, the common one 2h or 4h."""
-    unit = rng.choice(DRAWN_UNITS) if Choice.HASH_UNIT in kinds and rng.random() < 0.25 else None
-    drawn = DRAWN_BLOCK_SIZES if unit is None else tuple(unit * m for m in (1, 2, 2, 4))
-    common = rng.choice(drawn[1:] if unit is not None else drawn)
-    others = [common if rng.random() < 0.7 else rng.choice(drawn) for _ in range(groups - 1)]
+    unit = rng.choice(DRAWN_UNITS) if drawn.hash_units and rng.random() < 0.25 else None
+    sizes = DRAWN_BLOCK_SIZES if unit is None else tuple(unit * m for m in (1, 2, 2, 4))
+    common = rng.choice(sizes[1:] if unit is not None else sizes)
+    others = [common if rng.random() < 0.7 else rng.choice(sizes) for _ in range(groups - 1)]
     return unit, [common, *others]
 
 
-def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
-    """One random query with at most ``max_blocks`` blocks per group in reach of M.
+def random_query(rng: random.Random, max_blocks: int = 8, drawn: Palette = EVERY) -> Query:
+    """One random query from the palette ``drawn`` with at most ``max_blocks`` blocks
+    per group in reach of M; when the palette has tiers, with external tiers four
+    times in five (:func:`random_tiers`).
 
     Built directly, valid by construction (the tests check it against the parser), as
     generating cases is the harness's own share of a campaign's time.
     """
-    unit, sizes = unit_and_sizes(rng, kinds, rng.randint(1, 4))
-    groups = tuple(random_group(rng, kinds, max_blocks, b) for b in sizes)
+    unit, sizes = unit_and_sizes(rng, drawn, rng.randint(1, 4))
+    groups = tuple(random_group(rng, drawn, max_blocks, b) for b in sizes)
     step = lcm(*sizes) if unit is None else unit
     alignment = step * rng.choice((1, 1, 1, 2))
     reach = min(sizes) * max_blocks
@@ -217,7 +302,8 @@ def random_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     cached = tuple(
         rows if unit is None else (partial_row(rng, r, b, unit) for r, b in zip(rows, sizes))
     )
-    return Query(groups, cached, max_length, num_tokens, alignment, unit)
+    q = Query(groups, cached, max_length, num_tokens, alignment, unit)
+    return replace(q, tiers=random_tiers(rng, q)) if drawn.tiers and rng.random() < 0.8 else q
 
 
 TIER_NAMES = ("cpu", "remote")
@@ -246,17 +332,13 @@ def random_tiers(rng: random.Random, q: Query) -> tuple[Tier, ...]:
     return tuple(tiers)
 
 
-def tiered_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
-    """A :func:`random_query` with external tiers four times in five."""
-    q = random_query(rng, max_blocks, kinds)
-    return replace(q, tiers=random_tiers(rng, q)) if rng.random() < 0.8 else q
-
-
 class QueryShape(StrEnum):
-    """Which queries a generator draws: ``any`` (every kind and mix), only states one
-    engine can hold (``sglang``: :func:`sglang_query`; ``sglang-hicache``: the same
-    split between SGLang's device and its host tier, :func:`sglang_hicache_query`), or
-    ``tiered`` (``any`` with external tiers: :func:`tiered_query`)."""
+    """Which rows a generator draws where capabilities cannot say it: ``any`` (every
+    mix the palette allows), or only states one engine's structure can hold
+    (``sglang``: :func:`sglang_query`; ``sglang-hicache``: the same split between
+    SGLang's device and its host tier, :func:`sglang_hicache_query`). Whether tiers
+    are drawn is the target's capabilities' to say (``tiers``): ``tiered`` is drawn as
+    ``any`` (kept while the registry and ``--shape`` still name it)."""
 
     ANY = "any"
     SGLANG = "sglang"
@@ -273,16 +355,16 @@ def prefix_blocks(row: Sequence[bool]) -> int:
     return next((j for j, bit in enumerate(row) if not bit), len(row))
 
 
-def sglang_partners(kinds: Sequence[str], b: int) -> list[Kind]:
-    """The kinds from ``kinds`` SGLang's tree holds beside its full group at block
+def sglang_partners(drawn: Palette, b: int) -> list[Kind]:
+    """The kinds of the palette SGLang's tree holds beside its full group at block
     size ``b``: a sliding window, or Mamba (at b = 1 only)."""
     allowed = (Kind.SLIDING_WINDOW, Kind.MAMBA) if b == 1 else (Kind.SLIDING_WINDOW,)
-    return [k for k in allowed if k in kinds]
+    return [k for k in allowed if k in drawn.kinds]
 
 
-def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES) -> Query:
+def sglang_query(rng: random.Random, max_blocks: int = 8, drawn: Palette = EVERY) -> Query:
     """A random query SGLang's radix tree can hold (:mod:`kvhit.engines.sglang.target`): a
-    full group and, from ``kinds``, perhaps a sliding window (sometimes with a second
+    full group and, from the palette, perhaps a sliding window (sometimes with a second
     one on the same row: its drafter's window) and perhaps a Mamba group, in any
     order; one block size b = A; a full row of F cached blocks from block 0 and
     nothing after; window and Mamba bits within those F blocks, the Mamba state after
@@ -295,11 +377,12 @@ def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     b = rng.choice(DRAWN_BLOCK_SIZES)
     groups = [Group(Kind.FULL, b)]
     windows = 0
-    if Kind.SLIDING_WINDOW in kinds and rng.random() < 0.6:
+    if Kind.SLIDING_WINDOW in drawn.kinds and rng.random() < 0.6:
         windows = 2 if rng.random() < 0.2 else 1
+    windowed = drawn.only([Kind.SLIDING_WINDOW], drafters=False)
     for _ in range(windows):
-        groups.append(random_group(rng, [Kind.SLIDING_WINDOW], max_blocks, b, least=2))
-    if Kind.MAMBA in kinds and rng.random() < (0.5 if windows else 0.8):
+        groups.append(random_group(rng, windowed, max_blocks, b, least=2))
+    if Kind.MAMBA in drawn.kinds and rng.random() < (0.5 if windows else 0.8):
         groups.append(Group(Kind.MAMBA, b))
     max_length = max(0, min(b * rng.randint(0, max_blocks) + rng.randint(-1, 1), b * max_blocks))
     full = prefix_blocks(random_row(rng, max_length // b + 1))
@@ -316,9 +399,7 @@ def sglang_query(rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] =
     )
 
 
-def sglang_hicache_query(
-    rng: random.Random, max_blocks: int = 8, kinds: Sequence[str] = CHOICES
-) -> Query:
+def sglang_hicache_query(rng: random.Random, max_blocks: int = 8, drawn: Palette = EVERY) -> Query:
     """A :func:`sglang_query` split between SGLang's device and one host tier as its
     HiCache holds it (:mod:`kvhit.engines.sglang.hicache`): the device (the local rows)
     holds full blocks 0 … D-1 and the window and Mamba bits below D; the tier ``host``
@@ -330,7 +411,7 @@ def sglang_hicache_query(
     >>> [t.name for t in q.tiers], all(t.holds <= {"full", "sliding_window", "mamba"} for t in q.tiers)
     (['host'], True)
     """
-    q = sglang_query(rng, max_blocks, kinds)
+    q = sglang_query(rng, max_blocks, drawn)
     full = prefix_blocks(q.cached[[g.kind for g in q.groups].index(Kind.FULL)])
     device = rng.randint(0, full)
     local = tuple(
@@ -345,24 +426,59 @@ def sglang_hicache_query(
     return replace(q, cached=local, tiers=(tier,))
 
 
-DRAWERS: dict[QueryShape, Callable[[random.Random, int, Sequence[str]], Query]] = {
+DRAWERS: dict[QueryShape, Callable[[random.Random, int, Palette], Query]] = {
     QueryShape.ANY: random_query,
     QueryShape.SGLANG: sglang_query,
-    QueryShape.TIERED: tiered_query,
+    QueryShape.TIERED: random_query,
     QueryShape.SGLANG_HICACHE: sglang_hicache_query,
 }
+
+MAX_REDRAWS = 1000
+"""How many drawn queries in a row a target's rules may refuse before the generator
+gives up (its rules refuse nearly all it declares)."""
+
+
+def askable(
+    draw: Callable[[], Query], drawn: Palette, redrawn: Counter[str] | None = None
+) -> Query:
+    """A query from ``draw()`` that the palette's rules allow: one they refuse is drawn
+    again (at most :data:`MAX_REDRAWS` times; ValueError then), each refusal counted in
+    ``redrawn`` by its reason."""
+    why = None
+    for _ in range(MAX_REDRAWS):
+        q = draw()
+        why = drawn.refusal(q)
+        if why is None:
+            return q
+        if redrawn is not None:
+            redrawn[why] += 1
+    raise ValueError(f"the target's rules refused {MAX_REDRAWS} drawn queries in a row: {why}")
 
 
 def random_queries(
     seed: int,
     count: int | None = None,
     max_blocks: int = 8,
-    kinds: Sequence[str] = CHOICES,
+    kinds: Iterable[str] = CHOICES,
     shape: str = QueryShape.ANY,
+    capabilities: Capabilities = BASE,
+    redrawn: Counter[str] | None = None,
 ) -> Iterator[Query]:
-    """``count`` random queries of ``shape`` (endless when None), the same for the same
-    arguments."""
+    """``count`` random queries of ``shape`` (endless when None) that a target of
+    ``capabilities`` can be asked, of the ``kinds`` choices among them (:func:`palette`);
+    the queries its rules refuse are drawn again and counted in ``redrawn`` by reason.
+    The same for the same arguments.
+
+    >>> full_only = Capabilities(kinds=["full"], hash_units=False)
+    >>> drawn = list(random_queries(1, 200, capabilities=full_only))
+    >>> {g.kind for q in drawn for g in q.groups}, {q.hash_unit for q in drawn}
+    ({<Kind.FULL: 'full'>}, {None})
+    """
     rng = random.Random(seed)
     drawer = DRAWERS[QueryShape(shape)]
+    drawn = palette(capabilities, kinds)
     for _ in range(count) if count is not None else forever():
-        yield drawer(rng, max_blocks, kinds)
+        if drawn.rules:
+            yield askable(lambda: drawer(rng, max_blocks, drawn), drawn, redrawn)
+        else:
+            yield drawer(rng, max_blocks, drawn)

@@ -1,13 +1,10 @@
-"""Disagreements: the saved replay file, the drawing, the JSON and JUnit reports.
-
-A disagreement file is the JSON of :meth:`Disagreement.to_json`; ``kvhit replay``
-reads it back with :func:`load_disagreement`. Files are written atomically (a
-temporary file renamed into place) so a crash never leaves half a file.
+"""Disagreements: the drawing, the JSON and JUnit reports; each saves as the file
+:meth:`Disagreement.saved` makes (:mod:`kvhit.harness.saved` writes and reads them).
 
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
     ...                  "cached": ["01", "10"], "max_length": 2})
-    >>> d = Disagreement("seed-min", "unsafe", q, {"length": 1, "blocks": [[0], [0]]},
+    >>> d = Disagreement(TargetRecord("seed-min"), ReplyClass.UNSAFE, q, {"length": 1, "blocks": [[0], [0]]},
     ...                  "group 0 needs block 0 at L=1, not cached")
     >>> print(d.render())
     query: M=2 A=1
@@ -19,21 +16,17 @@ temporary file renamed into place) so a crash never leaves half a file.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 from xml.etree import ElementTree
 
 from kvhit.draw import draw, judge
 from kvhit.harness.compare import ReplyClass
-from kvhit.inputs import DISAGREEMENT_FORMAT, saved_query
-from kvhit.model.protocol import decode_json, parse_query
+from kvhit.harness.saved import CaseFile, SavedFile
 from kvhit.model.spec import Query, longest_hit
+from kvhit.targets.target_record import TargetRecord
 
 
 class Record(Protocol):
@@ -44,8 +37,7 @@ class Record(Protocol):
     def cls(self) -> str: ...
     @property
     def reason(self) -> str: ...
-    def name(self) -> str: ...
-    def to_json(self) -> dict[str, Any]: ...
+    def saved(self) -> SavedFile: ...
     def render(self) -> str: ...
 
 
@@ -53,32 +45,17 @@ class Record(Protocol):
 class Disagreement:
     """A (shrunk) query on which the target disagrees with the reference."""
 
-    target: str
+    target: TargetRecord
     cls: str
     query: Query
     target_answer: Any
     reason: str
 
-    def reference(self) -> dict[str, Any]:
-        """The reference answer: L* and the blocks each group reuses there."""
-        return longest_hit(self.query).to_json()
-
-    def to_json(self) -> dict[str, Any]:
-        """The replayable record (also an entry of ``gate --json``)."""
-        return {
-            "format": DISAGREEMENT_FORMAT,
-            "target": self.target,
-            "class": self.cls,
-            "query": self.query.to_json(),
-            "target_answer": self.target_answer,
-            "reference": self.reference(),
-            "reason": self.reason,
-        }
-
-    def name(self) -> str:
-        """A file name that is the same for the same target, class and query."""
-        key = json.dumps([self.target, self.cls, self.query.to_json()], sort_keys=True)
-        return f"{self.cls}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
+    def saved(self) -> CaseFile:
+        """The replayable file (its JSON is also an entry of ``gate --json``)."""
+        return CaseFile(
+            self.query, self.target, ReplyClass(self.cls), self.target_answer, self.reason
+        )
 
     def render(self) -> str:
         """The query drawn (``@`` marks the blocks the target says it reuses), what
@@ -100,29 +77,6 @@ class Disagreement:
         return "\n".join([draw(self.query, marked), line, f"reference answer L* = {best.length}"])
 
 
-def save(d: Record, out_dir: Path) -> Path:
-    """Write ``d`` into ``out_dir`` atomically; the path written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / d.name()
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(d.to_json(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def load_disagreement(text: str) -> tuple[Query, dict[str, Any]]:
-    """The query of a saved disagreement (or of a plain protocol query) and its saved
-    record ({} for a plain query); :class:`QueryError` naming the problem."""
-    query, record = saved_query(decode_json(text, "file"))
-    return parse_query(query), record or {}
-
-
 def junit_xml(target: str, checked: str, seconds: float, found: Sequence[Record]) -> str:
     """A JUnit report: one test case per disagreement, or one passing case named for
     what was ``checked`` (``120 cases``)."""
@@ -137,7 +91,9 @@ def junit_xml(target: str, checked: str, seconds: float, found: Sequence[Record]
         case = ElementTree.SubElement(suite, "testcase", name=checked, classname="kvhit")
         case.set("time", f"{seconds:.3f}")
     for d in found:
-        case = ElementTree.SubElement(suite, "testcase", name=d.name(), classname="kvhit")
+        case = ElementTree.SubElement(
+            suite, "testcase", name=d.saved().file_name(), classname="kvhit"
+        )
         failure = ElementTree.SubElement(case, "failure", message=f"{d.cls}: {d.reason}")
         failure.text = d.render()
     return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,7 +1,8 @@
 """Shrinking a disagreement to a small query that still shows it.
 
-Greedy: try each simpler query in turn (fewer groups, a smaller M, fewer blocks, no
-hash unit, whole or absent blocks for partially filled ones, fewer cached blocks,
+Greedy: try each simpler query in turn (fewer groups, fewer tiers, a smaller M,
+fewer blocks in the pool's and the tiers' rows, no hash unit, tiers holding fewer
+groups and kinds, whole or absent blocks for partially filled ones, fewer cached blocks,
 smaller windows and chunks, smaller block sizes, no drafter or one that needs
 nothing, a shorter lookahead, an inclusive window for an exclusive one, the default
 alignment), keep the first that still has the property, and start over until
@@ -30,6 +31,40 @@ from kvhit.model.spec import Drafter, Query
 Json = dict[str, Any]
 
 
+Slot = tuple[int | None, int]
+"""A row of a query in JSON form: (its tier's index, or None for the pool; its group)."""
+
+
+def slots(q: Json) -> list[Slot]:
+    """Every row of ``q``: the pool's, one per group, then each tier's.
+
+    >>> slots({"cached": [[], []], "tiers": [{"cached": {"1": [True]}}]})
+    [(None, 0), (None, 1), (0, 1)]
+    """
+    pool: list[Slot] = [(None, i) for i in range(len(q["cached"]))]
+    return pool + [
+        (t, int(key)) for t, tier in enumerate(q.get("tiers", [])) for key in tier["cached"]
+    ]
+
+
+def row_of(q: Json, slot: Slot) -> list[Any]:
+    """The row at ``slot`` (the list itself, to change in place)."""
+    t, i = slot
+    rows = q["cached"] if t is None else q["tiers"][t]["cached"]
+    return rows[i] if t is None else rows[str(i)]
+
+
+def with_row(q: Json, slot: Slot, row: list[Any]) -> Json:
+    """A copy of ``q`` with ``row`` at ``slot``."""
+    out = copy.deepcopy(q)
+    t, i = slot
+    if t is None:
+        out["cached"][i] = row
+    else:
+        out["tiers"][t]["cached"][str(i)] = row
+    return out
+
+
 def smaller_ints(value: int, floor: int) -> list[int]:
     """Values below ``value`` and at least ``floor`` to try, smallest first."""
     picks = [floor, value // 2, value - 1]
@@ -37,13 +72,46 @@ def smaller_ints(value: int, floor: int) -> list[int]:
 
 
 def without_groups(q: Json) -> Iterator[Json]:
-    """The query with one group (and its row) left out."""
+    """The query with one group (and its rows, in the pool and every tier) left out."""
     if len(q["groups"]) < 2:
         return
     for i in range(len(q["groups"])):
         out = copy.deepcopy(q)
         del out["groups"][i], out["cached"][i]
+        for tier in out.get("tiers", []):
+            kept = {int(key): row for key, row in tier["cached"].items() if int(key) != i}
+            tier["cached"] = {str(j - (j > i)): row for j, row in kept.items()}
         yield out
+
+
+def without_tiers(q: Json) -> Iterator[Json]:
+    """The query without its tiers, or with one tier left out."""
+    tiers = q.get("tiers", [])
+    if not tiers:
+        return
+    yield {k: v for k, v in q.items() if k != "tiers"}
+    if len(tiers) > 1:
+        for t in range(len(tiers)):
+            yield {**q, "tiers": tiers[:t] + tiers[t + 1 :]}
+
+
+def simpler_tiers(q: Json) -> Iterator[Json]:
+    """A tier without its row of one group, or holding one kind fewer (its rows of
+    groups of that kind dropped; a tier keeps one kind at least)."""
+    kinds = [g["kind"] for g in q["groups"]]
+    for t, tier in enumerate(q.get("tiers", [])):
+        for key in tier["cached"]:
+            out = copy.deepcopy(q)
+            del out["tiers"][t]["cached"][key]
+            yield out
+        if len(tier["holds"]) < 2:
+            continue
+        for kind in tier["holds"]:
+            out = copy.deepcopy(q)
+            kept = out["tiers"][t]
+            kept["holds"] = [k for k in tier["holds"] if k != kind]
+            kept["cached"] = {i: r for i, r in tier["cached"].items() if kinds[int(i)] != kind}
+            yield out
 
 
 def smaller_limits(q: Json) -> Iterator[Json]:
@@ -57,16 +125,18 @@ def smaller_limits(q: Json) -> Iterator[Json]:
 
 
 def without_span(q: Json) -> Iterator[Json]:
-    """The query with the tokens ``[i·A, (i+1)·A)`` cut out: every group loses the
-    blocks over them, later blocks (and partial blocks' ends) move down, and M and T
-    are A shorter. Only when A is a multiple of every block size."""
+    """The query with the tokens ``[i·A, (i+1)·A)`` cut out: every row (the pool's and
+    the tiers') loses the blocks over them, later blocks (and partial blocks' ends)
+    move down, and M and T are A shorter. Only when A is a multiple of every block
+    size."""
     a = q["alignment"]
     if q["max_length"] < a or any(a % g["block_size"] for g in q["groups"]):
         return
     for i in range(q["max_length"] // a):
         out = copy.deepcopy(q)
-        for g, row in zip(out["groups"], out["cached"]):
-            per = a // g["block_size"]
+        for slot in slots(out):
+            row = row_of(out, slot)
+            per = a // out["groups"][slot[1]]["block_size"]
             del row[i * per : (i + 1) * per]
             for entry in row[i * per :]:
                 if isinstance(entry, dict):
@@ -77,46 +147,47 @@ def without_span(q: Json) -> Iterator[Json]:
 
 
 def without_hash_unit(q: Json) -> Iterator[Json]:
-    """The query without its hash unit: partial blocks absent, or all whole."""
+    """The query without its hash unit: partial blocks (in every row) absent, or all
+    whole."""
     if "hash_unit" not in q:
         return
     for whole in (False, True):
-        out = {k: v for k, v in q.items() if k != "hash_unit"}
-        out["cached"] = [[whole if isinstance(e, dict) else e for e in row] for row in q["cached"]]
+        out = copy.deepcopy({k: v for k, v in q.items() if k != "hash_unit"})
+        for slot in slots(out):
+            row = row_of(out, slot)
+            row[:] = [whole if isinstance(e, dict) else e for e in row]
         yield out
         yield {**out, "alignment": None}
 
 
 def whole_blocks(q: Json) -> Iterator[Json]:
-    """One partially filled block made whole."""
-    for i, row in enumerate(q["cached"]):
+    """One partially filled block (in any row) made whole."""
+    for slot in slots(q):
+        row = row_of(q, slot)
         for j, entry in enumerate(row):
             if isinstance(entry, dict):
-                out = copy.deepcopy(q)
-                out["cached"][i][j] = True
-                yield out
+                yield with_row(q, slot, [*row[:j], True, *row[j + 1 :]])
 
 
 def shorter_rows(q: Json) -> Iterator[Json]:
-    """A row cut after the blocks M can reach, or one block shorter."""
-    for i, row in enumerate(q["cached"]):
-        g = q["groups"][i]
+    """A row (the pool's or a tier's) cut after the blocks M can reach, or one block
+    shorter."""
+    for slot in slots(q):
+        row = row_of(q, slot)
+        g = q["groups"][slot[1]]
         reach = q["max_length"] // g["block_size"] + 1
         for length in sorted({min(len(row), reach), len(row) - 1}):
             if 0 <= length < len(row):
-                out = copy.deepcopy(q)
-                out["cached"][i] = row[:length]
-                yield out
+                yield with_row(q, slot, row[:length])
 
 
 def fewer_cached(q: Json) -> Iterator[Json]:
-    """One cached (or partially filled) block uncached."""
-    for i, row in enumerate(q["cached"]):
+    """One cached (or partially filled) block, in any row, uncached."""
+    for slot in slots(q):
+        row = row_of(q, slot)
         for j, bit in enumerate(row):
             if bit:
-                out = copy.deepcopy(q)
-                out["cached"][i][j] = False
-                yield out
+                yield with_row(q, slot, [*row[:j], False, *row[j + 1 :]])
 
 
 def simpler_drafters(g: Json) -> list[Json]:
@@ -161,10 +232,12 @@ def default_aligned(q: Json) -> Iterator[Json]:
 
 STEPS = (
     without_groups,
+    without_tiers,
     smaller_limits,
     without_span,
     shorter_rows,
     without_hash_unit,
+    simpler_tiers,
     simpler_groups,
     whole_blocks,
     fewer_cached,

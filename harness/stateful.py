@@ -35,8 +35,6 @@ class, as for stateless targets; ``rejected`` (the pool cannot hold the request)
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,10 +42,10 @@ from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.draw import draw
 from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
+from kvhit.harness.saved import ProgramFile
 from kvhit.model.spec import Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import (
-    PROGRAM_FORMAT,
     Admission,
     Admit,
     Create,
@@ -58,6 +56,7 @@ from kvhit.targets.stateful import (
     check_admit,
     check_snapshot,
 )
+from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import BadReturn, decode_answer, json_safe
 
 
@@ -213,7 +212,7 @@ def op_line(number: int, step: Step) -> str:
 class ProgramDisagreement:
     """A (shrunk) program after which the engine's last operation disagrees."""
 
-    target: str
+    target: TargetRecord
     program: Program
     steps: tuple[Step, ...]
 
@@ -233,25 +232,12 @@ class ProgramDisagreement:
         """Why it is a disagreement, for people."""
         return self.last.outcome.reason
 
-    def to_json(self) -> dict[str, Any]:
-        """The replayable record (also an entry of ``gate --stateful --json``)."""
-        q = self.last.snapshot
-        return {
-            "format": PROGRAM_FORMAT,
-            "target": self.target,
-            "class": self.cls,
-            "reason": self.reason,
-            "program": self.program.to_json(),
-            "failing_op": len(self.program.ops),  # 0: the engine's creation
-            "snapshot": q.to_json() if q is not None else None,
-            "target_answer": self.last.answer,
-            "reference": longest_hit(q).to_json() if q is not None else None,
-        }
-
-    def name(self) -> str:
-        """A file name that is the same for the same target, class and program."""
-        key = json.dumps([self.target, self.cls, self.program.to_json()], sort_keys=True)
-        return f"stateful-{self.cls}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.json"
+    def saved(self) -> ProgramFile:
+        """The replayable file (its JSON is also an entry of ``gate --stateful --json``)."""
+        last = self.last
+        return ProgramFile(
+            self.program, self.target, last.outcome.cls, self.reason, last.snapshot, last.answer
+        )
 
     def render(self) -> str:
         """The engine, the operations (the failing one marked), then the failing
@@ -277,7 +263,9 @@ class ProgramDisagreement:
         return "\n".join(lines)
 
 
-def disagreement_of(target: str, program: Program, steps: list[Step]) -> ProgramDisagreement:
+def disagreement_of(
+    target: TargetRecord, program: Program, steps: list[Step]
+) -> ProgramDisagreement:
     """The disagreement of a run whose last step disagreed; the program is cut after it."""
     ops = tuple(s.op for s in steps if s.op is not None)
     cut = replace(program, ops=ops)

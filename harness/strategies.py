@@ -20,13 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from kvhit.harness.random_cases import CHOICES, Choice, make_group
+from kvhit.contract import BASE, Capabilities
+from kvhit.harness.random_cases import CHOICES, EVERY, TIER_NAMES, Palette, make_group, palette
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Query, default_alignment
 
@@ -40,18 +41,18 @@ HASH_UNITS = (1, 2)
 @st.composite
 def group_configs(
     draw: st.DrawFn,
-    kinds: Sequence[str] = CHOICES,
+    drawn: Palette = EVERY,
     block_sizes: Sequence[int] = (1, 2, 4),
     max_span: int = 4,
     least: int = 1,
 ) -> Group:
-    """One group: a kind from ``kinds`` (``eagle`` allows drop drafters, ``drafter``
-    every drafter the kind can carry), a block size from ``block_sizes``, a window or
-    chunk of ``least`` tokens to ``max_span`` blocks, a lookahead of 0 to b + 1 tokens,
-    a window's convention. The drafter and exclusive coins come up 30% of the time, as
-    in :mod:`kvhit.harness.random_cases`, and shrink towards no drafter, inclusive."""
+    """One group: a kind from the palette ``drawn`` (with the drafters it has for the
+    kind), a block size from ``block_sizes``, a window or chunk of ``least`` tokens to
+    ``max_span`` blocks, a lookahead of 0 to b + 1 tokens, a window's convention. The
+    drafter and exclusive coins come up 30% of the time, as in
+    :mod:`kvhit.harness.random_cases`, and shrink towards no drafter, inclusive."""
     return make_group(
-        kinds,
+        drawn,
         lambda options: draw(st.sampled_from(options)),
         lambda: draw(st.sampled_from(block_sizes)),
         lambda b: draw(st.integers(least, max(least, max_span * b))),
@@ -81,19 +82,42 @@ def partial_rows(draw: st.DrawFn, g: Group, max_blocks: int, unit: int) -> list[
 
 
 @st.composite
+def tiers_of(draw: st.DrawFn, groups: Sequence[Group], rows: Sequence[Any]) -> list[Any]:
+    """One or two external tiers (docs/design.md §1.7) over ``groups``, in protocol
+    form: each holds some of their kinds and, for some groups of those, a row drawn as
+    ``rows`` (one strategy per group)."""
+    present = sorted({g.kind for g in groups})
+    out = []
+    for name in TIER_NAMES[: draw(st.integers(1, 2))]:
+        holds = draw(st.sets(st.sampled_from(present), min_size=1))
+        cached = {
+            str(i): list(draw(row))
+            for i, (g, row) in enumerate(zip(groups, rows))
+            if g.kind in holds and draw(st.booleans())
+        }
+        out.append({"name": name, "holds": sorted(holds), "cached": cached})
+    return out
+
+
+@st.composite
 def queries(
     draw: st.DrawFn,
     max_groups: int = 4,
     max_blocks: int = 8,
     kinds: Sequence[str] = CHOICES,
+    capabilities: Capabilities = BASE,
 ) -> Query:
-    """A valid query of up to ``max_groups`` groups, each with at most ``max_blocks``
-    blocks in reach of M; when ``kinds`` allows (``hash_unit``), 30% of them have a
-    hash unit h of 1 or 2 tokens, blocks of 2h or 4h and partially filled blocks.
-    Shrinks towards no hash unit, fewer groups, a smaller M and fewer blocks."""
-    unit = draw(st.sampled_from(HASH_UNITS)) if Choice.HASH_UNIT in kinds and draw(COIN) else None
+    """A valid query a target of ``capabilities`` can be asked, of the ``kinds``
+    choices among them (:func:`kvhit.harness.random_cases.palette`), with up to
+    ``max_groups`` groups, each with at most ``max_blocks`` blocks in reach of M; when
+    the palette has a hash unit, 30% of them have a hash unit h of 1 or 2 tokens,
+    blocks of 2h or 4h and partially filled blocks; when it has tiers, 30% of them
+    have external tiers. Shrinks towards no hash unit, no tiers, fewer groups, a
+    smaller M and fewer blocks."""
+    drawn = palette(capabilities, kinds)
+    unit = draw(st.sampled_from(HASH_UNITS)) if drawn.hash_units and draw(COIN) else None
     sizes = (1, 2, 4) if unit is None else (2 * unit, 4 * unit)
-    groups = draw(st.lists(group_configs(kinds, sizes), min_size=1, max_size=max_groups))
+    groups = draw(st.lists(group_configs(drawn, sizes), min_size=1, max_size=max_groups))
     step = default_alignment(tuple(groups)) if unit is None else unit
     alignment = step * draw(st.integers(1, 2))
     reach = min(g.block_size for g in groups) * max_blocks
@@ -101,20 +125,23 @@ def queries(
     extra = draw(st.integers(1, max(g.block_size for g in groups) + 1))
     blocks = [max_length // g.block_size + 1 for g in groups]
     rows = [
-        draw(cache_rows(n)) if unit is None else draw(partial_rows(g, n, unit))
-        for g, n in zip(groups, blocks)
+        cache_rows(n) if unit is None else partial_rows(g, n, unit) for g, n in zip(groups, blocks)
     ]
-    shown = {} if unit is None else {"hash_unit": unit}
-    return parse_query(
+    shown: dict[str, Any] = {} if unit is None else {"hash_unit": unit}
+    if drawn.tiers and draw(COIN):
+        shown["tiers"] = draw(tiers_of(groups, rows))
+    q = parse_query(
         {
             "groups": [g.to_json() for g in groups],
-            "cached": [list(r) for r in rows],
+            "cached": [list(draw(r)) for r in rows],
             "max_length": max_length,
             "num_tokens": max_length + extra,
             "alignment": alignment,
             **shown,
         }
     )
+    assume(drawn.refusal(q) is None)
+    return q
 
 
 def falsify(

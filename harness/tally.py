@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvhit.harness.compare import NOT_DISAGREEMENTS
-from kvhit.harness.report import Record, save
+from kvhit.harness.report import Record
+from kvhit.harness.saved import save
 
 Finding = tuple[tuple[int, int], Record, Path | None]
 """Where a disagreement was first seen (see :class:`Tally`), the record, its file."""
@@ -50,13 +51,13 @@ class Tally:
     load_seconds: float | None = None  # loading the target (the slowest job's), if known
 
     def keep(self, d: Record, out_dir: Path | None) -> Path | None:
-        """Save ``d`` into ``out_dir`` (None: nowhere); the path written, or None when
-        it cannot be written: ``save_error`` then says why, and the run goes on (what
+        """Save ``d`` into ``out_dir`` (None: nowhere), atomically, before it is
+        reported; the path written, or None when it cannot be written: ``save_error`` then says why, and the run goes on (what
         was found is still reported and drawn)."""
         if out_dir is None:
             return None
         try:
-            return save(d, out_dir)
+            return save(d.saved(), out_dir)
         except OSError as err:
             self.save_error = f"{err.filename or out_dir}: {err.strerror or err}"
             return None

@@ -288,7 +288,13 @@ def parse_tiers(value: Any, groups: tuple[Group, ...], hash_unit: int | None) ->
 
 def parse_tier_name(obj: dict[str, Any], field: str) -> tuple[str, frozenset[Kind]]:
     """A tier's (or a stateful engine's store's) ``name``, other than ``local``, and
-    the kinds it ``holds``."""
+    the kinds it ``holds``: a non-empty list naming each kind once.
+
+    >>> parse_tier_name({"name": "cpu", "holds": ["full", "mamba", "full"]}, "tiers[0]")
+    Traceback (most recent call last):
+    ...
+    kvhit.model.protocol.QueryError: tiers[0].holds[2]: names full a second time
+    """
     name = obj.get("name")
     if not isinstance(name, str) or not name or name == LOCAL:
         raise QueryError(f"{field}.name", f"must be a non-empty string other than {LOCAL!r}")
@@ -297,6 +303,9 @@ def parse_tier_name(obj: dict[str, Any], field: str) -> tuple[str, frozenset[Kin
         raise QueryError(
             f"{field}.holds", f"must be a non-empty list of kinds ({', '.join(KINDS)})"
         )
+    for i, kind in enumerate(holds):
+        if kind in holds[:i]:
+            raise QueryError(f"{field}.holds[{i}]", f"names {kind} a second time")
     return name, frozenset(Kind(k) for k in holds)
 
 

@@ -34,9 +34,7 @@ from kvhit.targets.runner import (
     load_within,
 )
 from kvhit.targets.stateful import EngineHost
-
-COMMAND_LABEL = "cmd:"
-"""How a report's target label starts for a --target-cmd program (:attr:`TargetSpec.label`)."""
+from kvhit.targets.target_record import TargetRecord
 
 
 @dataclass(frozen=True)
@@ -76,16 +74,18 @@ class TargetSpec:
         return dict(self.options)
 
     @property
+    def record(self) -> TargetRecord:
+        """What a saved file records of this target: its name and options, or its command."""
+        return TargetRecord(self.name, self.options, self.command)
+
+    @property
     def label(self) -> str:
         """How reports name the target: its name, and the options given.
 
         >>> TargetSpec("vllm-connector", options=(("divergent", "on"),)).label
         'vllm-connector[divergent=on]'
         """
-        if self.name is None:
-            return f"{COMMAND_LABEL}{self.command}"
-        given = ",".join(f"{key}={value}" for key, value in self.options)
-        return f"{self.name}[{given}]" if given else self.name
+        return self.record.label
 
     @property
     def replay_flag(self) -> str:

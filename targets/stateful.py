@@ -94,7 +94,6 @@ from kvhit.contract import (
 )
 from kvhit.model.protocol import (
     QueryError,
-    decode_json,
     parse_alignment,
     parse_group,
     parse_hash_unit,
@@ -105,8 +104,6 @@ from kvhit.model.protocol import (
 )
 from kvhit.model.spec import Group, Tier, Upto
 from kvhit.targets.wire import BadReturn, shown
-
-PROGRAM_FORMAT = "kvhit-stateful/1"
 
 
 @dataclass(frozen=True)
@@ -552,21 +549,3 @@ class EngineHost:
         if isinstance(message, Admit):
             return self.engine.admit(message.request, message.tokens)
         return self.engine.finish(message.request)
-
-
-def load_program_file(text: str) -> tuple[Program, dict[str, Any]]:
-    """A saved stateful disagreement (or a plain program) and its record ({} for a
-    plain program); :class:`QueryError` naming the problem."""
-    obj = decode_json(text, "file")
-    if isinstance(obj, dict) and obj.get("format") == PROGRAM_FORMAT:
-        return Program.from_json(obj.get("program")), obj
-    return Program.from_json(obj), {}
-
-
-def is_program_file(text: str) -> bool:
-    """Whether ``text`` is a saved stateful disagreement or a plain program (has ``ops``)."""
-    try:
-        obj = decode_json(text, "file")
-    except QueryError:
-        return False  # the stateless loader says what is wrong with it
-    return isinstance(obj, dict) and (obj.get("format") == PROGRAM_FORMAT or "ops" in obj)

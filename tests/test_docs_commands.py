@@ -6,8 +6,13 @@ commands must exit with N, and the drawn lines its output shows (``query:``, ``g
 ``... answered ...``, ``reference answer``) must be printed, in that order. A block
 marked ``<!-- docs-test: exit N, needs vllm -->`` (or ``sglang``) is run the same way
 by that engine's suite (tests_vllm/, tests_sglang/), at a test's budget
-(:func:`bounded`). The other blocks are parsed only (``kvhit verify``, which
-tests/test_main_job_piped.py runs as the README says; campaigns of many minutes).
+(:func:`bounded`). A proof marked ``<!-- docs-test: exit N, quick -->`` is run at its
+theorems' quick bounds (``--quick``): at its full bounds it takes minutes. The other
+blocks are parsed only (``kvhit verify``, which tests/test_main_job_piped.py runs as
+the README says; campaigns of many minutes).
+
+Each run has a hang guard, :data:`HANG`, far above what the slowest command run here
+takes on a quiet machine: a busy machine makes a command slower, never a failure.
 """
 
 from __future__ import annotations
@@ -32,20 +37,25 @@ from kvhit.cli.main import main
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(
-    r"(?:^<!-- docs-test: exit (?P<exit>\d+)(?:, needs (?P<needs>\w+))? -->\n)?"
+    r"(?:^<!-- docs-test: exit (?P<exit>\d+)(?:, needs (?P<needs>\w+))?(?P<quick>, quick)? -->\n)?"
     r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$",
     re.MULTILINE | re.DOTALL,
 )
 SHELL_LANGS = {"", "bash", "sh", "console"}
 DRAWN = re.compile(r"^(query:|group \d|engine:|L\* =|reference answer|answers:)|\banswered\b")
 WRITES_REPLAY_FILES = {"gate", "fuzz"}
+HANG = 600
+"""Seconds a documented command may run before the test calls it hung. The slowest run
+here, docs/proofs.md's three theorems, takes 15 s of CPU (about that on a quiet
+machine) and took 195 s at load 16 on 2 cores."""
 
 
 @dataclass(frozen=True)
 class DocCommand:
     """One ``kvhit`` command of a fenced block: where it is, how the docs run it (the
     folder, the environment variables set before it), what they say it prints and
-    returns (``exit_code`` None: parsed only), and the engine it needs (None: none)."""
+    returns (``exit_code`` None: parsed only), the engine it needs (None: none), and
+    whether the test runs it at the quick proof bounds."""
 
     page: Path
     line: int
@@ -55,6 +65,7 @@ class DocCommand:
     exit_code: int | None
     shown: tuple[str, ...]
     needs: str | None = None
+    quick: bool = False
 
     def __str__(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}: kvhit {' '.join(self.args)}"
@@ -95,7 +106,7 @@ def block_commands(page: Path, text: str, match: re.Match[str]) -> list[DocComma
     prompted = any(line.startswith("$ ") for line in lines)
     first_line = text.count("\n", 0, match.start("body")) + 1
     exit_code = int(match["exit"]) if match["exit"] else None
-    needs = match["needs"]
+    needs, quick = match["needs"], bool(match["quick"])
     commands = []
     for number, line in enumerate(lines):
         if prompted and not line.startswith("$ "):
@@ -108,7 +119,8 @@ def block_commands(page: Path, text: str, match: re.Match[str]) -> list[DocComma
                 shown.append(after)
         for cwd, env, args in kvhit_segments(line.removeprefix("$ ")):
             where = (page, first_line + number, cwd, env)
-            commands.append(DocCommand(*where, tuple(args), exit_code, tuple(shown), needs))
+            said = (exit_code, tuple(shown), needs, quick)
+            commands.append(DocCommand(*where, tuple(args), *said))
     return commands
 
 
@@ -169,6 +181,14 @@ def test_the_docs_have_commands() -> None:
     assert {c.args[0] for c in RUN} >= {"check", "prove", "gate", "fuzz", "replay"}
 
 
+def test_only_proofs_are_run_at_quick_bounds() -> None:
+    """The proof that takes minutes at its full bounds is run at its quick ones, and
+    only ``kvhit prove`` has quick bounds."""
+    quick = [c for c in RUN if c.quick]
+    assert [c.page.name for c in quick] == ["proofs.md"]
+    assert {c.args[0] for c in quick} == {"prove"}
+
+
 def test_each_engine_has_commands_its_suite_runs() -> None:
     """Blocks that need an engine name one kvhit drives, and each engine's suite has
     its gates to run (vLLM's also a matrix and a replay of what the matrix saved)."""
@@ -197,16 +217,19 @@ def test_command_parses(command: DocCommand, monkeypatch: pytest.MonkeyPatch) ->
 
 @functools.cache
 def run(command: DocCommand) -> subprocess.CompletedProcess[str]:
-    """Run a documented command as the docs do, its replay files in a temporary folder."""
+    """Run a documented command as the docs do (a ``quick`` one at the quick proof
+    bounds), its replay files in a temporary folder."""
     args = list(command.args)
     if args[0] in WRITES_REPLAY_FILES and "--out" not in args:
         args += ["--out", tempfile.mkdtemp(prefix="kvhit-docs-")]
+    if command.quick:
+        args.append("--quick")
     return subprocess.run(
         [sys.executable, "-m", "kvhit.cli", *args],
         cwd=ROOT / command.cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
 
 

@@ -11,7 +11,7 @@ from hypothesis import find
 from kvhit.engines.vllm.divergences import eagle_windows, same_spec, window_one
 from kvhit.engines.vllm.release import Release, refusal, spec_key
 from kvhit.harness import corpus, exhaustive
-from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
+from kvhit.harness.random_cases import EVERY, QueryShape, palette, random_queries
 from kvhit.harness.shrink import shrink
 from kvhit.harness.stateful_machine import engines
 from kvhit.harness.strategies import group_configs, queries
@@ -36,18 +36,18 @@ def test_random_queries_draw_exclusive_windows_about_a_third_of_the_time() -> No
 
 
 def test_hypothesis_draws_exclusive_windows_and_shrinks_towards_inclusive() -> None:
-    sliding = group_configs(["sliding_window", "eagle"])
+    sliding = group_configs(palette(picked=["sliding_window", "eagle"]))
     assert not find(sliding, lambda g: True).exclusive
     assert find(sliding, lambda g: g.exclusive).window == 1
     # find raises if no example is drawn: the query and stateful program strategies too
     query = find(queries(), lambda q: any(g.exclusive for g in q.groups))
-    program = find(engines(CHOICES, 16, (1, 2, 4)), lambda p: any(g.exclusive for g in p.groups))
+    program = find(engines(EVERY, 16, (1, 2, 4)), lambda p: any(g.exclusive for g in p.groups))
     assert all(g.window == 1 for g in (*query.groups, *program.groups) if g.exclusive)
 
 
 def test_the_exhaustive_scopes_and_the_corpus_hold_exclusive_windows() -> None:
     assert sum(g.exclusive for g in exhaustive.gate_groups()) == 1
-    assert sum(scope.states for scope in exhaustive.gate_scopes()) == 13834
+    assert sum(scope.states for scope in exhaustive.gate_scopes()) == 14289
     exclusive = [g for g in corpus.boundary_groups() if g.exclusive]
     assert [(g.block_size, g.window) for g in exclusive] == [(1, 3), (2, 5)]
     solver = [q for q in corpus.solver_queries() if any(g.exclusive for g in q.groups)]

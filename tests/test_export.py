@@ -17,9 +17,11 @@ from click.testing import CliRunner, Result
 
 from kvhit.cli.main import main
 from kvhit.engines.vllm.divergences import DIVERGENCES, below_partial_boundary, eagle_windows
-from kvhit.harness.report import Disagreement, save
+from kvhit.harness.report import Disagreement
+from kvhit.harness.saved import save
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import longest_hit
+from kvhit.targets.target_record import TargetRecord
 
 ALLOWED = {"__future__", "inspect", "pytest", "torch", "vllm"}
 """The top-level modules a generated vLLM test may import."""
@@ -35,8 +37,9 @@ def export(*args: str) -> Result:
 
 def saved(tmp_path: Path, example: dict[str, Any], target: str = "vllm") -> str:
     """A query saved as the gate saves a disagreement of ``target`` (answered 0)."""
-    d = Disagreement(target, "lost_reuse", parse_query(example), {"length": 0}, "a reason")
-    return str(save(d, tmp_path / "saved"))
+    record = TargetRecord.from_label(target)
+    d = Disagreement(record, "lost_reuse", parse_query(example), {"length": 0}, "a reason")
+    return str(save(d.saved(), tmp_path / "saved"))
 
 
 def constants(text: str) -> dict[str, Any]:

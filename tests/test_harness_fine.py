@@ -31,6 +31,7 @@ from kvhit.model.spec import (
 from kvhit.reference import fixed_point_answer
 from kvhit.targets.runner import Reply
 from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_record import TargetRecord
 
 
 def partial(q: Query) -> bool:
@@ -158,11 +159,11 @@ def test_shrinking_keeps_a_hash_unit_the_failure_needs() -> None:
 
 def test_a_checker_on_the_min_of_groups_finds_it_on_fine_queries() -> None:
     fine = (q for q in random_queries(6, None) if q.hash_unit is not None)
-    checker = CaseChecker(TargetSpec("seed-min").open(), "seed-min")
+    checker = CaseChecker(TargetSpec("seed-min").open(), TargetRecord("seed-min"))
     checker.run(Phase("fine", ((q, None) for q in fine), limit=3000))
     (found,) = checker.tally.found
     assert found.cls == "unsafe" and len(found.query.groups) <= 2
-    model = CaseChecker(TargetSpec("model").open(), "model")
+    model = CaseChecker(TargetSpec("model").open(), TargetRecord("model"))
     model.run(Phase("fine", ((q, None) for q in random_queries(6, 2000))))
     assert not model.tally.found
 

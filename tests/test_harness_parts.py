@@ -31,6 +31,7 @@ from kvhit.targets import registry as targets
 from kvhit.targets.registry import model_target, seed_min_target
 from kvhit.targets.runner import CallableRunner, CommandRunner, Reply
 from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_record import TargetRecord
 
 pytest_plugins = ["pytester"]
 PLUGIN = "kvhit.harness.pytest_plugin"
@@ -291,7 +292,9 @@ def test_a_disagreement_is_on_disk_before_it_is_reported(tmp_path: Path) -> None
     def on_found(d: Disagreement, path: Path | None) -> None:
         seen.append((d.cls, json.loads(path.read_text())["class"], sorted(tmp_path.iterdir())))
 
-    checker = CaseChecker(TargetSpec("seed-min").open(), "seed-min", tmp_path, on_found=on_found)
+    checker = CaseChecker(
+        TargetSpec("seed-min").open(), TargetRecord("seed-min"), tmp_path, on_found=on_found
+    )
     checker.run(Phase("random", ((q, None) for q in random_queries(1, 200))))
     assert seen == [("unsafe", "unsafe", checker.tally.files)]  # no temporary file left behind
 
@@ -324,7 +327,7 @@ def test_a_campaign_keeps_its_alarm_handler_per_phase_and_restores_the_users() -
 
     previous = signal.signal(signal.SIGALRM, users_handler)
     try:
-        checker = CaseChecker(CallableRunner(slow, 0.05), "slow")
+        checker = CaseChecker(CallableRunner(slow, 0.05), TargetRecord("slow"))
         checker.run(Phase("random", ((q, None) for q in random_queries(1, 3))))
         assert checker.tally.counts["timeout"] == 3
         assert signal.getsignal(signal.SIGALRM) is users_handler

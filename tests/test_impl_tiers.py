@@ -22,7 +22,7 @@ from test_impl_workloads import Workload, check_every_candidate, random_workload
 from kvhit.contract import Direction, EngineConfig, Store
 from kvhit.harness.compare import ReplyClass, judge_reply
 from kvhit.harness.ledger import Ledger
-from kvhit.harness.random_cases import QueryShape, random_queries
+from kvhit.harness.random_cases import random_queries
 from kvhit.impl.coordinator import Coordinator
 from kvhit.impl.engine import Engine, Served
 from kvhit.impl.offload import Move
@@ -227,7 +227,7 @@ def test_hits_assembled_across_the_tiers_equal_scratch_and_wrong_ones_read_nan()
 def test_the_impl_target_answers_tiered_queries_like_the_model() -> None:
     """One store per tier: the lookup finds the reconciled hit itself (length and
     blocks), on queries where the tiers often lengthen it."""
-    queries = list(random_queries(seed=11, count=1500, shape=QueryShape.TIERED))
+    queries = list(random_queries(seed=11, count=1500, capabilities=impl_target.capabilities))
     lengthened = sum(longest_hit(q).length > longest_hit(local_query(q)).length for q in queries)
     assert lengthened > 200 and any(q.hash_unit for q in queries if q.tiers)
     for q in queries:

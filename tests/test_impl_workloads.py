@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_impl_fine import spec_answer
 
-from kvhit.harness.random_cases import make_group
+from kvhit.harness.random_cases import make_group, palette
 from kvhit.impl.engine import Engine
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import DRAFTERS, Drafter, Group, Query, answer_at, fine_query, valid
@@ -53,7 +53,7 @@ class Workload:
 def random_group(rng: random.Random, kind: str) -> Group:
     """A group of ``kind`` with a small block size and window or chunk."""
     return make_group(
-        (kind, "eagle"),
+        palette(picked=(kind, "eagle")),
         rng.choice,
         lambda: rng.choice((1, 2, 2, 4)),
         lambda b: rng.randint(1, 12),

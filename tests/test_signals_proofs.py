@@ -20,6 +20,12 @@ from kvhit.proofs.workers import ProofSettings, Started, Still, prove_all
 KVHIT = [sys.executable, "-m", "kvhit.cli"]
 SLOW = ["--only", "full_evaluate_once", "--bound", "1000"]
 """A theorem built in seconds whose goals then take z3 minutes: Ctrl-C comes inside z3."""
+HANG = 600.0
+"""Seconds a run may take to start its workers, or to end, before the test calls it
+hung: far above the seconds either takes, on a quiet machine or a busy one."""
+LIVENESS = 30.0
+"""Seconds from Ctrl-C to the end: under a second on a quiet machine, far below the
+minutes the interrupted proof would still take."""
 
 
 def workers_of(pid: int) -> set[int]:
@@ -46,43 +52,47 @@ def alive(pid: int) -> bool:
         return False
 
 
-def interrupt(args: list[str], after: float) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run kvhit with ``args``, send SIGINT after ``after`` seconds; the finished
-    process and how long it took to end after the signal. Its workers must be gone."""
+def interrupt(args: list[str], settle: float) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run kvhit with ``args``, send SIGINT ``settle`` seconds after its proof workers
+    have started (however long that takes on a busy machine); the finished process and
+    how long it took to end after the signal. Its workers must be gone."""
     proc = subprocess.Popen(
         [*KVHIT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    time.sleep(after)
-    workers = workers_of(proc.pid)
+    deadline = time.monotonic() + HANG
+    while not (workers := workers_of(proc.pid)):
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline, "no worker process started"
+        time.sleep(0.1)
+    time.sleep(settle)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG)
     took = time.monotonic() - sent
-    assert workers, "no worker process was running"
-    assert not {pid for pid in workers if alive(pid)}, "workers left running"
+    assert not {pid for pid in workers_of(proc.pid) | workers if alive(pid)}, "workers left running"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), took
 
 
 def test_ctrl_c_stops_prove_inside_a_long_solver_call() -> None:
-    run, took = interrupt(["prove", *SLOW], after=10)
+    run, took = interrupt(["prove", *SLOW], settle=5)
     assert run.returncode == 130, run.stdout + run.stderr
-    assert took < 15  # liveness, not a benchmark: it ran minutes before
+    assert took < LIVENESS
     assert "interrupted: 0 of 1 theorems finished" in run.stdout
     assert "0 proved" in run.stdout and "proved;" not in run.stdout
 
 
 def test_ctrl_c_with_json_says_interrupted() -> None:
-    run, _ = interrupt(["prove", "--json", *SLOW], after=10)
+    run, _ = interrupt(["prove", "--json", *SLOW], settle=5)
     assert run.returncode == 130, run.stderr
     out = json.loads(run.stdout)
     assert out["interrupted"] is True and out["ok"] is False and out["theorems"] == []
 
 
 def test_ctrl_c_stops_verify_in_its_proof_section() -> None:
-    run, took = interrupt(["verify"], after=8)
+    run, took = interrupt(["verify"], settle=2)
     assert run.returncode == 130, run.stdout + run.stderr
-    assert took < 15
+    assert took < LIVENESS
     assert "the proof suite" in run.stdout
     assert "interrupted" in run.stdout
 
@@ -93,7 +103,7 @@ def test_piped_prove_prints_a_plain_line_per_theorem() -> None:
         [*KVHIT, "prove", "--quick", "--only", ",".join(names)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [row for row in run.stdout.splitlines() if row.endswith(" s")]

@@ -21,10 +21,12 @@ from kvhit.harness import stateful_machine
 from kvhit.harness import tally as tally_module
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import Choice
+from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Group
-from kvhit.targets.stateful import Admission, load_program_file
+from kvhit.targets.stateful import Admission
+from kvhit.targets.target_record import TargetRecord
 
 BROKEN = "broken_stateful"
 STOLEN = f"{BROKEN}:freed_after_prefill"
@@ -117,17 +119,22 @@ def test_the_gate_catches_a_block_handed_away_while_its_request_runs(tmp_path: P
     assert code == 1 and again is not None and again["reason"] == found["reason"]
 
 
-# --- item 11: long prompts that differ early -----------------------------------------
+# --- item 11: long prompts that differ early (by default since issue 41) -----------------------------------------
 
 
-def test_keys_of_the_last_16_blocks_only_need_long_prompts_to_be_caught() -> None:
+def test_keys_of_the_last_16_blocks_only_are_caught_by_default_within_60_programs() -> None:
     # up to 16 tokens, 16 blocks of context are the whole prefix: nothing to catch
-    short = run_programs(open_stateful(SHORT_KEYS), SHORT_KEYS, ProgramPlan(), programs=60)
+    only_short = ProgramPlan(max_tokens=16)
+    short = run_programs(
+        open_stateful(SHORT_KEYS), TargetRecord(SHORT_KEYS), only_short, programs=60
+    )
     assert not short.found and short.counts["ok"] > 100
-    plan = ProgramPlan(max_tokens=64, shrink_seconds=10)
-    long = run_programs(open_stateful(SHORT_KEYS), SHORT_KEYS, plan, programs=60)
+    # the default plan gives one program in four prompts of up to 64 tokens
+    plan = ProgramPlan(shrink_seconds=600)  # a hang guard: shrinking ends by itself
+    long = run_programs(open_stateful(SHORT_KEYS), TargetRecord(SHORT_KEYS), plan, programs=60)
     (found,) = long.found
     assert found.cls == "unsafe" and "stale block" in found.reason
+    assert long.found_at[0][1] < 60
     assert run_program(open_stateful("impl"), found.program)[-1].outcome.cls in ("ok", "rejected")
 
 
@@ -150,7 +157,7 @@ def one_token_apart(a: list[int], b: list[int]) -> int | None:
 
 def test_programs_hold_long_prompts_that_differ_early() -> None:
     recorder = Recorder(open_stateful("impl"))
-    run_programs(recorder, "impl", ProgramPlan(max_tokens=64, steps=8), programs=30)
+    run_programs(recorder, TargetRecord("impl"), ProgramPlan(max_tokens=64, steps=8), programs=30)
     prompts = [m["tokens"] for m in map(json.loads, recorder.messages) if m["op"] == "admit"]
     assert max(map(len, prompts)) <= 64 and sum(len(p) >= 32 for p in prompts) > 10
     early = {one_token_apart(a, b) for a in prompts for b in prompts if len(a) >= 32 and a is not b}
@@ -165,14 +172,15 @@ def test_every_saved_program_replays_with_the_failure_saved(tmp_path: Path) -> N
     # reaches a stale block has crashed on a finish before
     target = f"{BROKEN}:forgetful_and_falls_over"
     plan = ProgramPlan([Choice.FULL], out_dir=tmp_path, stop_at_first=False, shrink_seconds=5)
-    tally = run_programs(open_stateful(target), target, plan, programs=150)
+    tally = run_programs(open_stateful(target), TargetRecord(target), plan, programs=150)
     assert tally.found
     for path in tally.files:
-        saved, record = load_program_file(path.read_text())
-        steps = run_program(open_stateful(target), saved)
-        again = disagreement_of(target, saved, steps)
-        assert (again.cls, again.reason) == (record["class"], record["reason"])
-        assert record["failing_op"] == len(saved.ops) == len(steps)
+        saved = decode(path.read_text())
+        assert isinstance(saved, ProgramFile) and saved.target == TargetRecord(target)
+        steps = run_program(open_stateful(target), saved.program)
+        again = disagreement_of(saved.target, saved.program, steps)
+        assert (again.cls, again.reason) == (saved.cls, saved.reason)
+        assert json.loads(path.read_text())["failing_op"] == len(saved.program.ops) == len(steps)
     assert [d.cls for d in tally.found] == ["crash"]
 
 
@@ -192,7 +200,7 @@ def test_an_engine_that_cannot_be_created_is_saved_drawn_and_replayed(tmp_path: 
     (file,) = report["files"]
     code, _, _ = kvhit("replay", file, "--target", target, cwd=tmp_path)
     assert code == 1
-    tally = run_programs(open_stateful(target), target, ProgramPlan(), programs=5)
+    tally = run_programs(open_stateful(target), TargetRecord(target), ProgramPlan(), programs=5)
     (d,) = tally.found
     assert "  1. create   <- crash" in d.render().splitlines()
 
@@ -244,5 +252,5 @@ def test_ctrl_c_while_shrinking_saves_the_shortest_program_so_far(
     report = json.loads(result.stdout)
     assert result.exit_code == 130 and report["interrupted"] is True
     assert [d["class"] for d in report["disagreements"]] == ["unsafe"]
-    saved, record = load_program_file(Path(report["files"][0]).read_text())
-    assert saved.ops and record["class"] == "unsafe"
+    saved = decode(Path(report["files"][0]).read_text())
+    assert isinstance(saved, ProgramFile) and saved.program.ops and saved.cls == "unsafe"

@@ -14,7 +14,8 @@ from test_harness_cli import HERE, kvhit
 
 from kvhit.contract import Admitted, Direction, EngineConfig, Rejected, Snapshot, TierMove
 from kvhit.harness.ledger import Ledger
-from kvhit.harness.random_cases import CHOICES, Choice
+from kvhit.harness.random_cases import CHOICES, Choice, palette
+from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, engines, run_programs
 from kvhit.impl.stateful_target import StatefulImpl
@@ -32,8 +33,8 @@ from kvhit.targets.stateful import (
     Program,
     check_admit,
     decode_admit,
-    load_program_file,
 )
+from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import BadReturn
 
 BROKEN = "broken_stateful"
@@ -256,20 +257,25 @@ def test_each_broken_engine_is_caught_with_a_short_replayable_program(
     factory: str, cls: str, tmp_path: Path
 ) -> None:
     target = f"{BROKEN}:{factory}"
-    plan = ProgramPlan(out_dir=tmp_path, shrink_seconds=20)
-    tally = run_programs(open_stateful(target), target, plan, programs=400)
+    # shrinking ends when nothing shrinks further; its time limit is only a hang guard
+    plan = ProgramPlan(out_dir=tmp_path, shrink_seconds=600)
+    tally = run_programs(open_stateful(target), TargetRecord(target), plan, programs=400)
     (found,) = tally.found
     assert found.cls == cls
     assert len(found.program.ops) <= 12
     (path,) = tally.files
-    saved, record = load_program_file(path.read_text())
-    assert record["class"] == cls and saved == found.program
+    saved = decode(path.read_text())
+    assert isinstance(saved, ProgramFile) and saved.cls == cls and saved.program == found.program
+    assert saved.target == TargetRecord(target)
+    saved = saved.program
     assert run_program(open_stateful(target), saved)[-1].outcome.cls == cls
     assert run_program(open_stateful("impl"), saved)[-1].outcome.cls in ("ok", "rejected")
 
 
 def test_the_impl_passes_a_campaign() -> None:
-    tally = run_programs(open_stateful("impl"), "impl", ProgramPlan(steps=25), programs=150)
+    tally = run_programs(
+        open_stateful("impl"), TargetRecord("impl"), ProgramPlan(steps=25), programs=150
+    )
     assert not tally.found and tally.cases == 150
     assert tally.counts["ok"] > 600 and tally.operations > 1200  # copies make pools tighter
 
@@ -291,7 +297,7 @@ class Recorder:
 def test_the_sglang_shape_is_what_one_radix_tree_holds() -> None:
     recorder = Recorder(open_stateful("impl"))
     plan = ProgramPlan(steps=4, shape="sglang")
-    tally = run_programs(recorder, "impl", plan, programs=60)
+    tally = run_programs(recorder, TargetRecord("impl"), plan, programs=60)
     configs = [json.loads(m) for m in recorder.messages if json.loads(m)["op"] == "create"]
     kinds = set()
     for config in configs:
@@ -307,7 +313,7 @@ def test_the_sglang_shape_is_what_one_radix_tree_holds() -> None:
 def test_same_seed_same_programs() -> None:
     def messages(seed: int) -> list[str]:
         recorder = Recorder(open_stateful("impl"))
-        run_programs(recorder, "impl", ProgramPlan(steps=8, seed=seed), programs=10)
+        run_programs(recorder, TargetRecord("impl"), ProgramPlan(steps=8, seed=seed), programs=10)
         return recorder.messages
 
     assert messages(3) == messages(3) != messages(4)
@@ -318,8 +324,17 @@ def test_same_seed_same_programs() -> None:
 
 def test_gate_stateful_on_the_impl_passes(tmp_path: Path) -> None:
     code, report, _ = kvhit(
-        "gate", "--stateful", "--target", "impl", "--cases", "30", "--json", cwd=tmp_path
-    )
+        "gate",
+        "--stateful",
+        "--target",
+        "impl",
+        "--cases",
+        "30",
+        "--seconds",
+        "600",
+        "--json",
+        cwd=tmp_path,
+    )  # a budget of programs; the seconds only a hang guard
     assert code == 0 and report is not None
     assert report["cases"] == 30 and report["operations"] > 30 and report["disagreements"] == []
     assert set(report["counts"]) <= {"ok", "rejected"} and report["counts"]["ok"] > 100
@@ -445,7 +460,7 @@ def drawn_programs(kinds: Any, count: int = 150) -> list[Program]:
     @settings(
         max_examples=count, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
     )
-    @given(engines(kinds, 16, (1, 2, 4)))
+    @given(engines(palette(picked=kinds), 16, (1, 2, 4)))
     def collect(p: Program) -> None:
         out.append(p)
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from kvhit.cli.main import main
-from kvhit.contract import QueryTarget
+from kvhit.contract import Capabilities, QueryTarget
 from kvhit.errors import Unsupported
-from kvhit.harness.random_cases import random_queries, tiered_query
+from kvhit.harness.random_cases import palette, random_queries, random_query
 from kvhit.harness.stateful import run_program
 from kvhit.model.algorithms import (
     WRONG_TIER_COMBINATIONS,
@@ -33,6 +33,9 @@ FULL_MAMBA = {
     "cached": ["1000", "0001"],
     "max_length": 8,
 }
+
+TIERS = Capabilities(tiers=True)
+"""A target that takes tiers: its random queries hold them four times in five."""
 
 
 def tiered(*tiers):
@@ -74,6 +77,8 @@ def test_a_plan_at_an_invalid_length_is_refused():
         ({"name": "x", "holds": ["full"], "cached": {"1": "1"}}, "tiers[0].cached.1"),
         ({"name": "local", "holds": ["full"], "cached": {}}, "tiers[0].name"),
         ({"name": "x", "holds": ["attention"], "cached": {}}, "tiers[0].holds"),
+        ({"name": "x", "holds": [], "cached": {}}, "tiers[0].holds"),
+        ({"name": "x", "holds": ["full", "mamba", "full"], "cached": {}}, "tiers[0].holds[2]"),
         ({"name": "x", "holds": ["full"], "cached": ["1"]}, "tiers[0].cached"),
         ({"name": "x", "holds": ["full"], "cached": {}, "size": 3}, "tiers[0].size"),
     ],
@@ -91,12 +96,12 @@ def test_two_tiers_with_one_name_are_refused():
 
 
 def test_tiered_queries_round_trip_through_json():
-    for q in random_queries(3, 300, shape="tiered"):
+    for q in random_queries(3, 300, capabilities=TIERS):
         assert parse_query(json.loads(json.dumps(q.to_json()))) == q
 
 
 def test_the_fixed_point_is_the_longest_valid_hit_on_tiered_queries():
-    drawn = [q for q in random_queries(5, 1500, shape="tiered") if q.tiers]
+    drawn = [q for q in random_queries(5, 1500, capabilities=TIERS) if q.tiers]
     assert len(drawn) > 1000
     for q in drawn:
         assert fixed_point(q) == brute_force(q) == fixed_point_answer(q).length
@@ -106,7 +111,7 @@ def test_each_wrong_combination_is_only_ever_too_long_and_sometimes_is():
     too_long = dict.fromkeys(WRONG_TIER_COMBINATIONS, 0)
     rng = random.Random(7)
     for _ in range(2000):
-        q = tiered_query(rng)
+        q = random_query(rng, drawn=palette(TIERS))
         best = brute_force(q)
         for name, wrong in WRONG_TIER_COMBINATIONS.items():
             got = wrong(q)
@@ -137,14 +142,23 @@ def test_check_draws_the_tiers_and_says_where_each_block_is_loaded_from(tmp_path
     assert "group 0: block 0 from local, blocks 1, 2, 3 from lmcache" in out.output
 
 
-def test_check_refuses_a_tier_row_for_a_missing_group_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("tier", "said"),
+    [
+        ({"name": "x", "holds": ["full"], "cached": {"5": "1"}}, "tiers[0].cached.5: no group 5"),
+        (
+            {"name": "x", "holds": ["full", "full"], "cached": {}},
+            "tiers[0].holds[1]: names full a second time",
+        ),
+    ],
+)
+def test_check_refuses_a_malformed_tier_in_one_line(tmp_path, tier, said):
     path = tmp_path / "q.json"
-    q = {**FULL_MAMBA, "tiers": [{"name": "x", "holds": ["full"], "cached": {"5": "1"}}]}
-    path.write_text(json.dumps(q))
+    path.write_text(json.dumps({**FULL_MAMBA, "tiers": [tier]}))
     out = subprocess.run(["kvhit", "check", str(path)], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
-    assert "tiers[0].cached.5: no group 5" in out.stderr
+    assert said in out.stderr
 
 
 # --- stateful engines with external stores ----------------------------------------
@@ -238,6 +252,7 @@ def test_a_snapshot_without_the_stores_is_a_bad_return():
     [
         ({"name": "local", "holds": ["full"], "num_blocks": 2}, "tiers[0].name"),
         ({"name": "cpu", "holds": ["gpu"], "num_blocks": 2}, "tiers[0].holds"),
+        ({"name": "cpu", "holds": ["full", "full"], "num_blocks": 2}, "tiers[0].holds[1]"),
         ({"name": "cpu", "holds": ["full"], "num_blocks": 0}, "tiers[0].num_blocks"),
         ({"name": "cpu", "holds": ["full"]}, "tiers[0]"),
     ],
@@ -273,7 +288,7 @@ def test_the_stateful_impl_passes_a_campaign_of_engines_with_stores(tmp_path):
 
 
 def test_the_reference_answers_each_wrong_combination_as_the_model_does():
-    for q in random_queries(9, 1500, shape="tiered"):
+    for q in random_queries(9, 1500, capabilities=TIERS):
         model = {name: wrong(q) for name, wrong in WRONG_TIER_COMBINATIONS.items()}
         assert wrong_tier_answers(q) == model, q
 

@@ -10,7 +10,7 @@ from hypothesis import find
 
 from kvhit.cli.main import main
 from kvhit.harness.compare import CLASSES, NOT_DISAGREEMENTS, ReplyClass
-from kvhit.harness.random_cases import Choice, random_queries
+from kvhit.harness.random_cases import Choice, palette, random_queries
 from kvhit.harness.strategies import group_configs
 from kvhit.model.spec import Group, Kind
 
@@ -26,7 +26,7 @@ def test_a_typo_in_kinds_is_an_error(typo: str) -> None:
     with pytest.raises(ValueError, match=f"unknown kind {typo!r}"):
         next(random_queries(seed=0, count=1, kinds=[typo]))
     with pytest.raises(ValueError, match=f"unknown kind {typo!r}"):
-        find(group_configs(kinds=[typo]), lambda g: True)
+        find(group_configs(palette(picked=[typo])), lambda g: True)
     result = CliRunner().invoke(main, ["fuzz", "--target", "model", "--kinds", f"full,{typo}"])
     assert result.exit_code == 2
     assert f"--kinds: unknown kind {typo!r}; choose from full," in result.stderr

@@ -12,12 +12,11 @@ import pytest
 from cases import bits, mamba_queries, query, unified_queries, window_queries
 
 import kvhit.engines.sglang.target as adapter
-from kvhit.engines.sglang.layout import shape
 from kvhit.engines.sglang.target import build, key, layout, sglang_target
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import QueryShape, random_queries
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import Group, Kind, group_of
+from kvhit.model.spec import Drafter, Group, Kind, Query, group_of
 from kvhit.targets.registry import model_target
 
 Answer = dict[str, Any]
@@ -59,6 +58,7 @@ def test_sglang_shaped_random_queries_are_all_answered_and_agree() -> None:
     tree holds: every one answered, none ``unsupported``; windows in both conventions."""
     drawn: Counter[str] = Counter()
     queries = list(random_queries(19, 1500, shape=QueryShape.SGLANG))
+    assert all(map(sglang_target.capabilities.allows, queries))
     answers = agreeing(q.to_json() for q in queries)
     for q in queries:
         drawn.update(g.kind for g in q.groups)
@@ -113,16 +113,24 @@ def test_the_adapter_docstring_examples_hold() -> None:
 
 
 @pytest.mark.parametrize("kind", [k for k in Kind if k != Kind.FULL])
-def test_the_tree_holds_each_kind_it_has_a_reuse_for_and_refuses_the_others(kind: Kind) -> None:
-    """Every kind is in :data:`adapter.REUSED` (the tree holds it beside a full group)
-    or refused by :func:`kvhit.engines.sglang.layout.shape` (tests/test_kind_registries.py checks the
-    other per-kind maps)."""
-    groups = (Group(Kind.FULL, 1), group_of(kind, 1, 3))
-    if kind in adapter.REUSED:
-        assert shape(groups, 1).full == 0
-    else:
-        with pytest.raises(Unsupported):
-            shape(groups, 1)
+def test_the_tree_holds_each_kind_it_has_a_reuse_for_and_declares_no_other(kind: Kind) -> None:
+    """Every kind the target declares is in :data:`adapter.REUSED` (the tree holds it
+    beside a full group); the others are refused before SGLang is asked
+    (tests/test_kind_registries.py checks the other per-kind maps)."""
+    q = Query((Group(Kind.FULL, 1), group_of(kind, 1, 3)), ((), ()), 0, 1, 1)
+    assert (kind in adapter.REUSED) == (kind in sglang_target.capabilities.kinds)
+    assert (kind in adapter.REUSED) == sglang_target.capabilities.allows(q)
+
+
+def test_hash_units_and_drafters_are_not_declared() -> None:
+    """SGLang's page is its finest unit, and its EAGLE tree keys token pairs: a query
+    with a hash unit or a drafter key is never drawn for it, and refused if asked."""
+    caps = sglang_target.capabilities
+    assert not caps.hash_units and caps.drafters == {Drafter.NONE}
+    unit = {"groups": [{"kind": "full", "block_size": 2}], "cached": [[{"upto": 1}]],
+            "max_length": 2, "hash_unit": 1}  # fmt: skip
+    with pytest.raises(Unsupported, match="declares no hash units"):
+        sglang_target(unit)
 
 
 def test_full_window_and_mamba_in_one_tree_agree() -> None:
@@ -169,21 +177,3 @@ def test_a_drafter_window_beside_the_target_window_agrees() -> None:
         a["length"] != model_target(alone)["length"] for a, (_, alone) in zip(answers, pairs)
     )
     assert len(answers) > 1000 and differ > 100
-
-
-def test_hash_unit_queries_are_answered_at_page_size_h() -> None:
-    """A partially filled block is SGLang at page size h holding the fine query."""
-    groups = [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}]
-    states = [
-        [[True, {"upto": 6}], [False, {"upto": 6}]],
-        [[True, {"upto": 6}], [True, {"upto": 6}]],
-        [[{"upto": 2}], [{"upto": 2}]],
-    ]
-    queries = [
-        {"groups": groups, "cached": rows, "max_length": m, "hash_unit": 2}
-        for rows in states
-        for m in range(0, 9)
-    ]
-    agreeing(queries)
-    with pytest.raises(Unsupported, match="A must be equal"):
-        sglang_target({**queries[-1], "alignment": 4})

@@ -40,7 +40,7 @@ OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR) (test_\d+)\.py", re.M)
 
 def asked(count: int) -> list[Query]:
     """Random queries of SGLang's shapes that its tree can hold (some with a drafter's
-    window, a Mamba group, pages above one token, a hash unit)."""
+    window, a Mamba group, pages above one token)."""
     found = []
     for q in random_queries(11, 400, shape=QueryShape.SGLANG):
         try:
@@ -120,7 +120,4 @@ def test_what_sglang_cannot_be_asked_is_one_error_line(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(main, ["export", str(source), "--engine", "sglang"])
     assert result.exit_code == 2
-    assert (
-        "SGLang cannot be asked this: SGLang's hybrid radix caches hold one full group"
-        in result.output
-    )
+    assert "SGLang cannot be asked this: declares no chunked_local groups" in result.output

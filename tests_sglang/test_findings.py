@@ -7,6 +7,7 @@ from cases import query
 
 from kvhit.engines.sglang.target import sglang_target
 from kvhit.errors import Unsupported
+from kvhit.model.protocol import parse_query
 from kvhit.targets.registry import model_target
 
 FULL1 = {"kind": "full", "block_size": 1}
@@ -47,8 +48,12 @@ def test_finding_1_sglang_window_is_exclusive_so_the_same_number_needs_one_more_
         ),
         ([FULL1, window(3), window(5)], ["1", "1", "0"], "both window rows must be equal"),
         ([FULL1, window(3), window(5), window(2)], ["1", "1", "1", "1"], "one window pool"),
-        ([FULL1, {"kind": "mamba", "block_size": 1}] * 2, ["1"] * 4, "a mamba group"),
-        ([FULL1, {**window(3), "drafter": "lookahead", "lookahead": 1}], ["1", "1"], "bigrams"),
+        ([FULL1, *[{"kind": "mamba", "block_size": 1}] * 2], ["1"] * 3, "one mamba group"),
+        (
+            [FULL1, {**window(3), "drafter": "lookahead", "lookahead": 1}],
+            ["1", "1"],
+            "declares no lookahead drafters",
+        ),
         (
             [FULL1, {"kind": "chunked_local", "block_size": 1, "chunk": 2}],
             ["1", "1"],
@@ -56,14 +61,18 @@ def test_finding_1_sglang_window_is_exclusive_so_the_same_number_needs_one_more_
         ),
         ([window(3)], ["1"], "one full group"),
         ([FULL1, window(3, b=2)], ["11", "1"], "one page size"),
-        ([FULL1, {**window(3), "eagle": True}], ["11", "11"], "token pairs"),
+        ([FULL1, {**window(3), "eagle": True}], ["11", "11"], "declares no drop drafters"),
     ],
 )
-def test_finding_2_states_sglang_cannot_hold_are_unsupported(
+def test_finding_2_states_sglang_cannot_hold_are_declared_and_unsupported(
     groups: list[dict[str, object]], rows: list[str], reason: str
 ) -> None:
+    """Each is refused by the target's declared capabilities (kvhit does not draw it)
+    and, asked anyway, answered ``unsupported`` with the same reason."""
+    q = query(groups, rows, 1)
+    assert reason in (sglang_target.capabilities.refusal(parse_query(q)) or "")
     with pytest.raises(Unsupported, match=reason):
-        sglang_target(query(groups, rows, 1))
+        sglang_target(q)
 
 
 def test_finding_2_no_state_refused_for_its_rows_could_have_served_a_hit() -> None:

@@ -66,6 +66,7 @@ def test_shaped_tiered_queries_are_all_answered_and_agree() -> None:
     host (longer than the device alone could serve), windows and Mamba among them."""
     drawn: Counter[str] = Counter()
     for q in random_queries(5, 400, shape=QueryShape.SGLANG_HICACHE):
+        assert sglang_hicache_target.capabilities.allows(q), q
         message = q.to_json()
         answer = sglang_hicache_target(message)
         assert answer == model_target(message), message
@@ -140,16 +141,19 @@ def test_finding_5_with_the_threshold_at_zero_the_short_hit_is_served() -> None:
         ([FULL1, MAMBA1], ["11", "01"], {"0": "11", "1": "10"}, "host alone"),
     ],
 )
-def test_states_the_tree_cannot_hold_are_unsupported(
+def test_states_the_tree_cannot_hold_are_declared_and_unsupported(
     groups: list[dict[str, Any]], rows: list[str], host: dict[str, str], reason: str
 ) -> None:
+    q = tiered(groups, rows, host, 2)
+    assert reason in (sglang_hicache_target.capabilities.refusal(parse_query(q)) or "")
     with pytest.raises(Unsupported, match=reason):
-        sglang_hicache_target(tiered(groups, rows, host, 2))
+        sglang_hicache_target(q)
 
 
 def test_one_host_tier_only() -> None:
     q = tiered([FULL1], ["1"], {"0": "11"}, 2)
     q["tiers"].append({"name": "remote", "holds": ["full"], "cached": {"0": [True]}})
+    assert "one host tier" in (sglang_hicache_target.capabilities.refusal(parse_query(q)) or "")
     with pytest.raises(Unsupported, match="one host tier"):
         sglang_hicache_target(q)
 

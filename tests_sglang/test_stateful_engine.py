@@ -12,15 +12,18 @@ from typing import Any
 import pytest
 from broken_sglang import window_freed_behind_the_tree, working_state_reported
 
+from kvhit.contract import EngineConfig, capabilities_of
 from kvhit.engines.sglang import cache as sglang_cache
 from kvhit.engines.sglang.cache import SglangCacheEngine
+from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
-from kvhit.model.spec import Group, reused_blocks
+from kvhit.model.spec import Group, default_alignment, reused_blocks
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import EngineHost, Program, load_program_file, parse_config
+from kvhit.targets.stateful import EngineHost, Program, parse_config
+from kvhit.targets.target_record import TargetRecord
 
 PROGRAMS = 120
 FULL1 = {"kind": "full", "block_size": 1}
@@ -138,23 +141,32 @@ def test_a_snapshot_does_not_refresh_the_lru_order() -> None:
 @pytest.mark.parametrize(
     ("groups", "reason"),
     [
-        ([FULL1, {**FULL1, "eagle": True}], "token pairs"),
+        ([FULL1, {**FULL1, "eagle": True}], "declares no drop drafters"),
         ([{"kind": "sliding_window", "block_size": 1, "window": 3}], "one full group"),
         ([FULL1, {"kind": "sliding_window", "block_size": 2, "window": 3}], "one page size"),
         ([{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}], "extra buffer"),
         ([FULL1, {"kind": "sliding_window", "block_size": 1, "window": 1}], "positive"),
+        (
+            [FULL1, *[{"kind": "sliding_window", "block_size": 1, "window": 3}] * 2],
+            "drafter window",
+        ),
     ],
 )
-def test_configurations_one_tree_cannot_hold_are_unsupported(
+def test_configurations_one_tree_cannot_hold_are_declared_and_unsupported(
     groups: list[dict[str, Any]], reason: str
 ) -> None:
-    (step,) = run_program(open_stateful("sglang"), program(groups, 4))
+    """Each is refused by the factory's declared capabilities (so kvhit does not draw
+    it), and, asked anyway, answered ``unsupported`` with the same reason."""
+    engine = program(groups, 4)
+    config = EngineConfig(tuple(engine.groups), engine.num_blocks, default_alignment(engine.groups))
+    assert reason in (capabilities_of(SglangCacheEngine).refusal(config.as_query(1)) or "")
+    (step,) = run_program(open_stateful("sglang"), engine)
     assert str(step.outcome.cls) == "unsupported" and reason in step.outcome.reason
 
 
 def test_the_stateful_gate_finds_nothing_in_sglang() -> None:
     plan = ProgramPlan(shape="sglang", stop_at_first=False)
-    tally = run_programs(open_stateful("sglang"), "sglang", plan, programs=PROGRAMS)
+    tally = run_programs(open_stateful("sglang"), TargetRecord("sglang"), plan, programs=PROGRAMS)
     assert tally.found == []
     assert tally.counts["ok"] > PROGRAMS and tally.counts["rejected"] > 0
     assert tally.counts["unsupported"] == 0
@@ -178,12 +190,14 @@ def test_a_broken_engine_is_caught_and_shrunk(
 ) -> None:
     runner = CallableRunner(EngineHost(factory), timeout=30.0)
     plan = ProgramPlan(kinds=(kind,), shape="sglang", shrink_seconds=10, out_dir=tmp_path)
-    tally = run_programs(runner, factory.__name__, plan, programs=PROGRAMS)
+    tally = run_programs(runner, TargetRecord(factory.__name__), plan, programs=PROGRAMS)
     (found,) = tally.found
     assert any(found.cls == cls and found.reason.startswith(why) for cls, why in shown), found
     assert len(found.program.ops) <= 3
     (path,) = tally.files
-    saved, _ = load_program_file(path.read_text())
+    saved_file = decode(path.read_text())
+    assert isinstance(saved_file, ProgramFile)
+    saved = saved_file.program
     assert [g.kind for g in saved.groups if g.kind != "full"] == [kind]
     replayed = run_program(CallableRunner(EngineHost(factory), timeout=30.0), saved)
     assert str(replayed[-1].outcome.cls) == found.cls
@@ -193,7 +207,7 @@ def test_a_broken_engine_is_caught_and_shrunk(
 def test_the_command_draws_sglang_shaped_engines_for_sglang(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "kvhit.cli", "gate", "--stateful", "--target", "sglang",
-         "--seconds", "4", "--json", "--out", str(tmp_path)],
+         "--seconds", "600", "--cases", "20", "--json", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]

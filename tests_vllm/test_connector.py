@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from kvhit.contract import Capabilities
 from kvhit.engines.vllm.connector import DIVERGENT_ENV, DivergentHits
 from kvhit.engines.vllm.divergences import release_key
 from kvhit.engines.vllm.target import RELEASE, vllm_answer
 from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
 from kvhit.errors import Unsupported
 from kvhit.harness.compare import ReplyClass, judge_reply
-from kvhit.harness.random_cases import QueryShape, random_queries
+from kvhit.harness.random_cases import random_queries
 from kvhit.harness.stateful import run_program
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query, local_query, longest_hit
@@ -185,7 +186,7 @@ def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
         ConnectorPath.FLAGGED: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
     }[PATH]
     seen: set[ReplyClass] = set()
-    for q in random_queries(7, 400, kinds=["full", "mamba"], shape=QueryShape.TIERED):
+    for q in random_queries(7, 400, kinds=["full", "mamba"], capabilities=Capabilities(tiers=True)):
         seen.add(judged(q))
     assert seen - {UNSUPPORTED} <= documented
     assert (OK in seen) != (PATH == ConnectorPath.NONE)

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 
 from kvhit.engines.vllm.divergences import DIVERGENCES, Divergence, documented, release_key
-from kvhit.harness.report import Disagreement, save
+from kvhit.harness.report import Disagreement
+from kvhit.harness.saved import save
 from kvhit.model.protocol import parse_query
+from kvhit.targets.target_record import TargetRecord
 
 RELEASES_DIR = Path(sys.prefix) / "vllm"
 FOUND = sorted((p.name for p in RELEASES_DIR.glob("*") if (p / "vllm").is_dir()), key=release_key)
@@ -72,7 +74,9 @@ def example_files(out: Path) -> dict[str, tuple[Divergence, ...]]:
     for d in DIVERGENCES:
         cls = d.verdict.replace(" ", "_")
         answer = {"length": d.vllm_length, "blocks": d.vllm_blocks}
-        path = str(save(Disagreement("vllm", cls, d.query, answer, d.name), out))
+        path = str(
+            save(Disagreement(TargetRecord("vllm"), cls, d.query, answer, d.name).saved(), out)
+        )
         found[path] = (*found.get(path, ()), d)
     return found
 

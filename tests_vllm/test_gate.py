@@ -13,6 +13,7 @@ from kvhit.harness.checker import CaseChecker
 from kvhit.harness.gate import gate_phases, run_phases
 from kvhit.model.protocol import parse_query
 from kvhit.targets.runner import CallableRunner
+from kvhit.targets.target_record import TargetRecord
 
 RANDOM_CASES = 5000
 
@@ -26,7 +27,7 @@ def whole_blocks_outside_divergences(query: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_gate_finds_no_undocumented_disagreement():
     runner = CallableRunner(whole_blocks_outside_divergences, timeout=10.0)
-    checker = CaseChecker(runner, "vllm")
+    checker = CaseChecker(runner, TargetRecord("vllm"))
     phases = gate_phases(seconds=None, cases=RANDOM_CASES, kinds=WHOLE_BLOCKS)
     tally = run_phases(checker, phases)
     assert tally.found == []

@@ -34,6 +34,7 @@ from kvhit.harness.random_cases import CHOICES
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_record import TargetRecord
 
 RANDOM_CASES = 2000
 SCOPE_CASES = 3000
@@ -149,7 +150,7 @@ def test_a_reply_without_an_answer_is_judged_without_the_reference(
         raise AssertionError("L* worked out for a reply that holds no answer")
 
     monkeypatch.setattr(checker_module, "longest_hit", no_reference)
-    checker = CaseChecker(TargetSpec("vllm").open(), "vllm")
+    checker = CaseChecker(TargetSpec("vllm").open(), TargetRecord("vllm"))
     refused = parse_query(  # vLLM aligns a single group's hits to its block: refused
         {"groups": [{"kind": "full", "block_size": 2}], "cached": ["11"], "max_length": 4}
         | {"alignment": 4}

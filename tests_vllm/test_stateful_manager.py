@@ -12,13 +12,15 @@ from stateful_undocumented import manager_outside_divergences
 from kvhit.engines.vllm.manager import VllmManagerEngine
 from kvhit.engines.vllm.target import RELEASE
 from kvhit.errors import UndrivableTarget, Unsupported
+from kvhit.harness.saved import ProgramFile, decode
 from kvhit.harness.stateful import run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Upto
 from kvhit.targets.registry import Mode, load
 from kvhit.targets.runner import CallableRunner, Runner
 from kvhit.targets.spec import TargetSpec
-from kvhit.targets.stateful import EngineHost, Program, load_program_file, parse_config
+from kvhit.targets.stateful import EngineHost, Program, parse_config
+from kvhit.targets.target_record import TargetRecord
 
 PROGRAMS = 150
 
@@ -93,11 +95,13 @@ def test_a_documented_lookup_divergence_is_caught_and_shrunk(tmp_path: Path) -> 
     """Chunks that are not a multiple of the block size (findings-vllm.md class 2):
     vLLM claims a hit whose block it does not hold."""
     plan = ProgramPlan(kinds=("chunked_local",), shrink_seconds=20, out_dir=tmp_path)
-    tally = run_programs(open_stateful("vllm"), "vllm", plan, programs=PROGRAMS)
+    tally = run_programs(open_stateful("vllm"), TargetRecord("vllm"), plan, programs=PROGRAMS)
     (found,) = tally.found
     assert found.cls == "unsafe" and len(found.program.ops) <= 3
     (path,) = tally.files
-    saved, _ = load_program_file(path.read_text())
+    saved_file = decode(path.read_text())
+    assert isinstance(saved_file, ProgramFile)
+    saved = saved_file.program
     assert all(g.chunk % g.block_size for g in saved.groups)
     assert str(run_program(open_stateful("vllm"), saved)[-1].outcome.cls) == "unsafe"
 
@@ -105,7 +109,7 @@ def test_a_documented_lookup_divergence_is_caught_and_shrunk(tmp_path: Path) -> 
 def test_the_stateful_gate_finds_nothing_outside_the_documented_divergences() -> None:
     runner = CallableRunner(EngineHost(manager_outside_divergences), timeout=30.0)
     plan = ProgramPlan(stop_at_first=False, seed=1)
-    tally = run_programs(runner, "vllm", plan, programs=PROGRAMS)
+    tally = run_programs(runner, TargetRecord("vllm"), plan, programs=PROGRAMS)
     assert tally.found == []
     # Old releases refuse the programs with a hash unit or a lookahead drafter.
     assert tally.counts["ok"] > PROGRAMS // 2 and tally.counts["rejected"] > 0
@@ -116,7 +120,7 @@ def test_same_seed_same_vllm_campaign(seed: int) -> None:
     def tally() -> tuple[int, dict[str, int]]:
         runner = CallableRunner(EngineHost(manager_outside_divergences), timeout=30.0)
         plan = ProgramPlan(stop_at_first=False, seed=seed)
-        tally = run_programs(runner, "vllm", plan, programs=20)
+        tally = run_programs(runner, TargetRecord("vllm"), plan, programs=20)
         return tally.operations or 0, dict(tally.counts)
 
     assert tally() == tally()

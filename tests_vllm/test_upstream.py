@@ -2,6 +2,10 @@
 answers the class's example as the spec does, where the release is installed
 (scripts/install-vllm.sh puts releases in this environment's ``vllm/`` folder).
 
+The committed test of each class (docs/upstream/tests/, kept as ``kvhit export``
+writes it: tests/test_generated_files.py) passes on the patched copy (7's skips,
+saying why) and fails on the release as shipped.
+
 CI installs 0.34.0 and 0.14.0: there the patches of 1, 2, 3, 4 and the lookahead
 hashes are checked on 0.34.0, and 1a (whose newest release is 0.19.0) on 0.14.0, the
 oldest release of its class, where it applies with patch's default fuzz.
@@ -19,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "upstream"))
 
-from evidence import FIXES, Fix, apply, copy_release, patched_copy  # noqa: E402
+from evidence import FIXES, TESTS, Fix, apply, copy_release, patched_copy  # noqa: E402
 
 from kvhit.engines.vllm.divergences import release_key  # noqa: E402
 
@@ -91,3 +95,24 @@ def test_the_release_as_shipped_has_each_class(release, tmp_path):
     fixes = [f for f, r in CHECKED if r == release]
     answers = replay(fixes, ROOT / release, tmp_path)
     assert [a["class"] for a in answers] == [f.verdict for f in fixes]
+
+
+def pytest_exit(test: Path, folder: Path, cwd: Path) -> int:
+    """The exit code of pytest running ``test`` with vLLM from ``folder``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        env={**os.environ, "PYTHONPATH": str(folder)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode
+
+
+@pytest.mark.parametrize(("fix", "release"), CHECKED, ids=lambda x: getattr(x, "key", x))
+def test_the_committed_test_passes_patched_and_fails_as_shipped(fix, release, tmp_path):
+    test = TESTS / f"test_upstream_{fix.key}.py"
+    folder = patched_copy(fix, ROOT / release, tmp_path / "patched", fuzz=2)
+    assert pytest_exit(test, folder, tmp_path) == 0
+    assert pytest_exit(test, ROOT / release, tmp_path) == 1

@@ -10,6 +10,7 @@ Run from the repository root in a vLLM environment (scripts/install-vllm.sh)::
     python docs/upstream/evidence.py CLASS... [--releases-dir VENV/vllm]
         [--copies patched,shipped] [--steps exported,matrix_cases,...] [--save]
     python docs/upstream/evidence.py --tables
+    python docs/upstream/evidence.py --regenerate
 
 It copies the release folder, applies the patch with ``patch -p1`` and gathers the
 evidence with kvhit's own commands, each under ``PYTHONPATH=<copy>``, against the
@@ -28,7 +29,9 @@ patched copy and against the release as shipped:
 
 Each run is printed; with ``--save`` the figures go to
 ``docs/upstream/evidence/CLASS-COPIES-STEPS.json``, which ``--tables`` reads back as
-one markdown table per class (docs/upstream/README.md).
+one markdown table per class (docs/upstream/README.md). ``--regenerate`` writes the
+files of ``tests/`` (:func:`generated`); tests/test_generated_files.py checks that the
+committed ones are what it writes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvhit.engines.pytest_writer import ExportEngine, SavedLookup
 from kvhit.engines.vllm.divergences import (
     DIVERGENCES,
     Divergence,
@@ -52,14 +56,15 @@ from kvhit.engines.vllm.divergences import (
     release_key,
     sw,
 )
-from kvhit.engines.vllm.manager import VllmManagerEngine
-from kvhit.engines.vllm.target import RELEASE, vllm_target
+from kvhit.engines.vllm.vllm_pytest import generate
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
 from kvhit.targets.stateful import Program
 
 HERE = Path(__file__).resolve().parent
+TESTS = HERE / "tests"
+"""Where each class's example and its exported test are kept."""
 CLASS_ENV = "KVHIT_UPSTREAM_CLASS"
 """The environment variable naming the class :func:`in_class` asks vLLM about."""
 MATRIX_CASES = 5000
@@ -294,6 +299,19 @@ def fix_named(key: str) -> Fix:
     raise KeyError(f"no class {key!r}; the classes: {', '.join(f.key for f in FIXES)}")
 
 
+def generated() -> dict[Path, str]:
+    """Every file this module generates in :data:`TESTS`, with its text: each class's
+    example (``example-CLASS.json``) and its test, as ``kvhit export example-CLASS.json
+    --engine vllm`` writes it in that folder (``test_upstream_CLASS.py``). Needs no vLLM."""
+    files = {}
+    for fix in FIXES:
+        example = TESTS / f"example-{fix.key}.json"
+        files[example] = json.dumps(fix.example) + "\n"
+        saved = SavedLookup(example.name, fix.query, ExportEngine.VLLM)
+        files[TESTS / f"test_upstream_{fix.key}.py"] = generate(saved)
+    return files
+
+
 def chosen() -> Fix:
     """The fix :data:`CLASS_ENV` names."""
     return fix_named(os.environ[CLASS_ENV])
@@ -302,6 +320,8 @@ def chosen() -> Fix:
 def in_class(query: dict[str, Any]) -> dict[str, Any]:
     """A target: vLLM's answer to a query inside the chosen class (and no other
     documented class of the installed release), else :class:`Unsupported`."""
+    from kvhit.engines.vllm.target import RELEASE, vllm_target
+
     fix, q = chosen(), parse_query(query)
     if not fix.asks(q, RELEASE.name):
         raise Unsupported(f"outside class {fix.key}, or inside another documented class")
@@ -312,6 +332,9 @@ def stateful_in_class(config: dict[str, Any]) -> Any:
     """A stateful target: vLLM's KVCacheManager for an engine whose groups and
     alignment are inside the chosen class at some request length and inside no other
     documented class at any (:func:`lengths`), else :class:`Unsupported`."""
+    from kvhit.engines.vllm.manager import VllmManagerEngine
+    from kvhit.engines.vllm.target import RELEASE
+
     program = Program.from_json(config)
     if not chosen().asks_any(lengths(program.groups, program.alignment), RELEASE.name):
         raise Unsupported("outside the class, or inside another documented class")
@@ -607,7 +630,14 @@ def main() -> None:
     parser.add_argument("--copies", default="patched,shipped")
     parser.add_argument("--save", action="store_true", help="write evidence/CLASS-COPIES.json")
     parser.add_argument("--tables", action="store_true", help="print the saved evidence")
+    parser.add_argument(
+        "--regenerate", action="store_true", help="write each example and its test in tests/"
+    )
     args = parser.parse_args()
+    if args.regenerate:
+        for path, text in generated().items():
+            path.write_text(text, encoding="utf-8")
+        return
     if args.tables:
         for fix in FIXES:
             print(f"{fix.key}:\n\n{table(fix)}")

@@ -67,11 +67,11 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from kvhit.contract import Admitted, EngineConfig, Rejected, Snapshot
-from kvhit.engines.sglang.layout import TreeGroups, shape
-from kvhit.engines.sglang.target import Pools, new_cache
+from kvhit.contract import Admitted, Capabilities, EngineConfig, Rejected, Rule, Snapshot
+from kvhit.engines.sglang.layout import TreeGroups, mamba_at_page_one, shape
+from kvhit.engines.sglang.target import TREE_CONFIG, Pools, new_cache
 from kvhit.errors import Unsupported
-from kvhit.model.spec import window_before
+from kvhit.model.spec import Kind, Query, window_before
 
 # isort: split
 # After kvhit.engines.sglang.target, which prepares SGLang's imports and server args.
@@ -96,22 +96,34 @@ def pages(tokens: int, page: int) -> int:
     return -(-tokens // page)
 
 
+def one_window(q: Query) -> str | None:
+    """A drafter's window is not driven here: a request's drafter never runs."""
+    windows = sum(g.kind == Kind.SLIDING_WINDOW for g in q.groups)
+    return "a drafter window is driven by the stateless sglang target only" if windows > 1 else None
+
+
 class SglangCacheEngine:
     """SGLang's ``UnifiedRadixCache`` as a :class:`~kvhit.contract.StatefulEngine` (see
     the module docstring)."""
 
+    capabilities: Capabilities = TREE_CONFIG.with_rules(
+        Rule("one_window", one_window),
+        mamba_at_page_one(
+            "SGLang's extra buffer is driven by the stateless sglang target only: its "
+            "checkpoints are tracked by the prefill kernels (schedule_batch.py:3105-3121)"
+        ),
+    )
+    """What the stateful ``sglang`` target can be asked: the ``sglang`` target's tree,
+    one window, Mamba at page size 1."""
+
     def __init__(self, config: EngineConfig):
+        why = self.capabilities.refusal(config.as_query(1))
+        if why is not None:
+            raise Unsupported(why)
         self.groups = config.groups
-        self.tree: TreeGroups = shape(self.groups, config.alignment)
-        if len(self.tree.windows) > 1:
-            raise Unsupported("a drafter window is driven by the stateless sglang target only")
+        self.tree: TreeGroups = shape(self.groups)
         self.num_blocks = config.num_blocks
         page = self.tree.page
-        if self.tree.mamba_index is not None and page > 1:
-            raise Unsupported(
-                "Mamba at page size > 1 (SGLang's extra buffer) is driven by the stateless "
-                "sglang target only: its checkpoints are tracked by the prefill kernels"
-            )
         self.window_index = self.tree.windows[0] if self.tree.windows else None
         window = self.groups[self.window_index] if self.window_index is not None else None
         windows = (window_before(window) if window is not None else None, 0)

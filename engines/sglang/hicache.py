@@ -26,8 +26,8 @@ blocks are those SGLang then holds on the device where the request reads them, e
 checked to hold its own tokens' KV (every slot is stamped with its token before the
 backup, every Mamba state with its length; :class:`WrongRestore` otherwise).
 
-The state a query may give (else :class:`~kvhit.errors.Unsupported`): the tree of the
-``sglang`` target over the held rows; the device's full row a prefix, blocks 0 … D-1;
+What the target can be asked (:data:`HICACHE_CAPABILITIES`, each a rule with its reason): the
+configurations of the ``sglang`` target's tree, one tier, and the tree over the held rows; the device's full row a prefix, blocks 0 … D-1;
 past it, no local bit (a demoted node holds nothing on the device); before it, no
 window or Mamba bit on the tier alone (a device node's state held only on the host
 is not built). The tier may hold ``full``, ``sliding_window`` and ``mamba``.
@@ -57,20 +57,17 @@ from typing import Any
 
 import torch
 
-from kvhit.contract import Capabilities, QueryTarget
+from kvhit.contract import Capabilities, QueryTarget, Rule
 from kvhit.engines.sglang import target
-from kvhit.engines.sglang.layout import Layout, layout
-from kvhit.engines.sglang.target import Built, build, key
+from kvhit.engines.sglang.layout import Layout, layout, prefix_blocks, tree_rows
+from kvhit.engines.sglang.target import Built, build, cache_params, key
 from kvhit.errors import Unsupported
 from kvhit.model.spec import (
     Answer,
     Group,
     Kind,
     Query,
-    coarse_answer,
-    fine_query,
     held_query,
-    local_query,
     tier_rows,
     window_before,
 )
@@ -81,7 +78,6 @@ import sglang.srt.mem_cache.pool_host.mamba as mamba_host
 import sglang.srt.mem_cache.pool_host.mha as mha_host
 from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InitLoadBackParams
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
@@ -91,7 +87,25 @@ logging.getLogger("sglang.srt.mem_cache.l2_transfer").setLevel(
 )  # CPU events: no timing
 
 HOLDS = frozenset({Kind.FULL, Kind.SLIDING_WINDOW, Kind.MAMBA})
-"""The kinds SGLang's host pools hold."""
+"""The kinds SGLang's host pools hold (full and window KV, Mamba states:
+``hybrid_cache/hybrid_pool_assembler.py``, ``_SwaStrategy``, ``_MambaStrategy``,
+``_MambaSwaStrategy``)."""
+
+
+def one_host_tier(q: Query) -> str | None:
+    """HiCache backs the tree up to one host pool per component (``init_hicache``)."""
+    if len(q.tiers) <= 1:
+        return None
+    return "SGLang's HiCache has one host tier: a query may give one tier"
+
+
+def host_kinds(q: Query) -> str | None:
+    """The tier holds only kinds SGLang's host pools hold (:data:`HOLDS`)."""
+    extra = {k for t in q.tiers for k in t.holds} - HOLDS
+    if not extra:
+        return None
+    named = ", ".join(sorted(k.value for k in extra))
+    return f"SGLang's host pools hold full, window and Mamba KV, not {named}"
 
 
 def _indices(indices: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -199,44 +213,54 @@ class HostLayout:
 
 
 def host_rows(q: Query) -> tuple[Any, ...]:
-    """The rows of the query's tier (none held without one) at the query's fine
-    granularity; Unsupported for several tiers, or kinds SGLang's host pools do not
-    hold."""
-    if len(q.tiers) > 1:
-        raise Unsupported("SGLang's HiCache has one host tier: a query may give one tier")
-    if not q.tiers:
-        return ((),) * len(q.groups)
-    (tier,) = q.tiers
-    if not tier.holds <= HOLDS:
-        extra = ", ".join(sorted(k.value for k in tier.holds - HOLDS))
-        raise Unsupported(f"SGLang's host pools hold full, window and Mamba KV, not {extra}")
-    return fine_query(replace(q, cached=tier_rows(tier), tiers=())).cached
+    """The rows of the query's one tier (none held without one)."""
+    return tier_rows(q.tiers[0]) if q.tiers else ((),) * len(q.groups)
 
 
-def host_layout(q: Query) -> HostLayout:
-    """How SGLang's tree and host tier hold the one-tier query ``q`` (see the module
-    docstring)."""
+def device_rows(q: Query) -> str | None:
+    """Why the device's rows of the one-tier query ``q`` are not what SGLang's HiCache
+    holds after demoting a tree's tail (see the module docstring), or None."""
     host = host_rows(q)
-    local = fine_query(local_query(q))
-    tree = layout(held_query(q))
-    full_row = local.cached[_full(local.groups)]
-    device = next((j for j, bit in enumerate(full_row) if not bit), len(full_row))
+    full_row = q.cached[_full(q.groups)]
+    device = prefix_blocks(full_row)
     if any(full_row[device:]):
-        raise Unsupported("SGLang's device holds full KV for a prefix of the tree only")
-    for i, g in enumerate(local.groups):
+        return "SGLang's device holds full KV for a prefix of the tree only"
+    for i, g in enumerate(q.groups):
         if g.kind == Kind.FULL:
             continue
-        if any(local.cached[i][device:]):
-            raise Unsupported(
+        if any(q.cached[i][device:]):
+            return (
                 f"group {i}: a block past the device's full KV (block {device} on) is "
                 "on the host only: it holds nothing on the device"
             )
-        on_host = host[i][:device]
-        if any(bit and not mine for bit, mine in zip(on_host, local.cached[i])):
-            raise Unsupported(
+        if any(bit and not mine for bit, mine in zip(host[i][:device], q.cached[i])):
+            return (
                 f"group {i}: a {g.kind.value} block under the device's full KV held on the "
                 "host alone is not built"
             )
+    return None
+
+
+def held_rows(q: Query) -> str | None:
+    """Why one tree cannot hold every block the device and the host hold, or None."""
+    return tree_rows(held_query(q))
+
+
+HICACHE_CAPABILITIES: Capabilities = replace(target.TREE_CONFIG, tiers=True).with_rules(
+    Rule("one_host_tier", one_host_tier),
+    Rule("host_kinds", host_kinds),
+    Rule("held_rows", held_rows),
+    Rule("device_rows", device_rows),
+)
+"""What the ``sglang-hicache`` target can be asked: the ``sglang`` target's tree over
+the held rows, with one host tier holding its tail and perhaps copies of the rest."""
+
+
+def host_layout(q: Query) -> HostLayout:
+    """How SGLang's tree and host tier hold a one-tier query its capabilities allow
+    (:data:`HICACHE_CAPABILITIES`)."""
+    tree = layout(held_query(q))
+    device = prefix_blocks(q.cached[_full(q.groups)])
     return HostLayout(tree, min(device, tree.full_blocks))
 
 
@@ -249,17 +273,9 @@ def attach(built: Built, tree: Layout) -> Any:
     (``mem_cache/registry.py:196``), with :data:`HICACHE_ARGS` process-wide while it
     is built; returns the cache."""
     cache = built.cache
-    params = CacheInitParams(
-        disable=False,
-        req_to_token_pool=cache.req_to_token_pool,
-        token_to_kv_pool_allocator=cache.token_to_kv_pool_allocator,
-        page_size=tree.page,
-        sliding_window_size=tree.window_sizes[0],
-        draft_swa_window=tree.window_sizes[1],
-        enable_mamba_extra_buffer=tree.mamba_row is not None and tree.page > 1,
-        tree_components=cache.tree_components,
-        tree_core_backend=target.TREE_CORE,
-    )
+    mamba = tree.mamba_row is not None
+    requests, allocator = cache.req_to_token_pool, cache.token_to_kv_pool_allocator
+    params = cache_params(tree.page, tree.window_sizes, mamba, requests, allocator)
     set_global_server_args_for_scheduler(HICACHE_ARGS)
     try:
         cache.init_hicache(HICACHE_ARGS, params)
@@ -461,12 +477,11 @@ def asked(cache: Any, q: Query, hl: HostLayout) -> dict[str, Any]:
     except (AssertionError, ValueError) as err:
         raise Unsupported(f"SGLang refuses this configuration: {err}") from err
     check_held(cache, nodes, hl)
-    fine = fine_query(local_query(q))
     length = served(cache, q.max_length)
-    blocks = reused(cache, nodes, fine, hl.tree, length)
-    check_restored(cache, nodes, fine, length, blocks, hl.tree.page)
-    return coarse_answer(q, Answer(length, tuple(map(tuple, blocks)))).to_json()
+    blocks = reused(cache, nodes, q, hl.tree, length)
+    check_restored(cache, nodes, q, length, blocks, hl.tree.page)
+    return Answer(length, tuple(map(tuple, blocks))).to_json()
 
 
-sglang_hicache_target = QueryTarget(hicache_answer, Capabilities(tiers=True))
+sglang_hicache_target = QueryTarget(hicache_answer, HICACHE_CAPABILITIES)
 """The ``sglang-hicache`` target."""

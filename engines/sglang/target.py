@@ -19,8 +19,8 @@ How the protocol maps onto SGLang (docs/design.md §1):
   (``draft_swa_window``), whose KV shares the target's window slots, so SGLang
   keeps and matches ``max`` of the two (``cache_init_params.py:76-83``). Every block
   size is SGLang's ``page_size`` and the alignment must equal it (matches end on
-  pages). A query with a hash unit h is answered through its fine query at page
-  size h (SGLang's page is the unit it matches and checkpoints at).
+  pages). No hash unit: SGLang's page is the finest unit it matches and checkpoints
+  at.
 - a sliding window follows its query's convention (§1.2): SGLang's
   ``sliding_window_size`` is exclusive (its model code passes the inclusive window
   minus one, e.g. ``models/gpt_oss.py``), so an inclusive window w becomes w - 1.
@@ -36,12 +36,15 @@ How the protocol maps onto SGLang (docs/design.md §1):
   uncached ones, and the locks are released. The leaf's state cannot be evicted
   alone (SGLang drops the leaf with it), so the last full block needs a cached state.
 
-Anything else the tree cannot hold, or SGLang refuses, raises
+What the target can be asked is :data:`TREE_CAPABILITIES`, read from the installed SGLang
+(:func:`installed_capabilities`); kvhit draws nothing else for it. Rows the tree cannot
+hold (the last three points), or what SGLang refuses at run time, raise
 :class:`kvhit.errors.Unsupported` with the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import warnings
@@ -52,18 +55,16 @@ from typing import Any
 
 import torch
 
-from kvhit.contract import QueryTarget
-from kvhit.engines.sglang.layout import Layout, layout
-from kvhit.errors import Unsupported
-from kvhit.model.spec import (
-    Answer,
-    Group,
-    Kind,
-    Query,
-    coarse_answer,
-    fine_query,
-    window_before,
+from kvhit.contract import Capabilities, QueryTarget
+from kvhit.engines.sglang.layout import (
+    TREE_ROWS,
+    Layout,
+    layout,
+    mamba_at_page_one,
+    tree_capabilities,
 )
+from kvhit.errors import Unsupported
+from kvhit.model.spec import Answer, Group, Kind, Query, window_before
 
 
 def _import_torchvision() -> None:
@@ -160,38 +161,82 @@ class Pools:
     window_tokens: int | None = None
 
 
-def new_cache(
-    page: int, windows: tuple[int | None, int], mamba: bool, pools: Pools, draft: bool = False
+COMPONENT_KINDS = {"FULL": Kind.FULL, "SWA": Kind.SLIDING_WINDOW, "MAMBA": Kind.MAMBA}
+"""SGLang's tree components (``ComponentType``) and the kind each holds."""
+
+
+def installed_capabilities() -> Capabilities:
+    """The configurations the installed SGLang's tree can be asked, read from its code:
+    the kinds its ``ComponentType`` has (0.5.23: ``unified_cache/component_type.py``),
+    a drafter's window beside the target's where ``CacheInitParams`` has
+    ``draft_swa_window``, and Mamba at page size > 1 where it has
+    ``enable_mamba_extra_buffer`` (``cache_init_params.py``; without the buffer
+    ``MambaComponent`` needs page size 1, ``components/mamba.py:77-80``).
+
+    >>> caps = installed_capabilities()  # SGLang 0.5.23
+    >>> sorted(k.value for k in caps.kinds), caps.hash_units, caps.tiers
+    (['full', 'mamba', 'sliding_window'], False, False)
+    >>> [rule.name for rule in caps.rules]
+    ['full_group', 'one_mamba_group', 'one_window_pool', 'one_page_size', 'positive_window']
+    """
+    members = ComponentType.__members__
+    kinds = frozenset(kind for name, kind in COMPONENT_KINDS.items() if name in members)
+    fields = {f.name for f in dataclasses.fields(CacheInitParams)}
+    caps = tree_capabilities(kinds, 2 if "draft_swa_window" in fields else 1)
+    if "enable_mamba_extra_buffer" in fields:
+        return caps
+    return caps.with_rules(
+        mamba_at_page_one("this SGLang has no Mamba extra buffer: a cached state needs page size 1")
+    )
+
+
+TREE_CONFIG = installed_capabilities()
+"""The configurations the installed SGLang's tree can be asked (the stateful engine and
+HiCache build on it)."""
+
+TREE_CAPABILITIES = TREE_CONFIG.with_rules(TREE_ROWS)
+"""What the ``sglang`` target can be asked: the tree's configurations, and the rows a
+tree holds."""
+
+
+def cache_params(
+    page: int, windows: tuple[int | None, int], mamba: bool, requests: Any, allocator: Any
 ) -> Any:
-    """An empty ``UnifiedRadixCache`` on CPU: full KV, with an SWA component when
-    ``windows`` (SGLang's ``sliding_window_size`` and ``draft_swa_window``) has a
-    window, and a Mamba component when ``mamba`` (with SGLang's extra buffer at page
-    size > 1)."""
+    """SGLang's ``CacheInitParams`` for a tree at page size ``page`` with full KV, an
+    SWA component when ``windows`` (``sliding_window_size`` and ``draft_swa_window``)
+    has a window, and a Mamba component when ``mamba`` (with SGLang's extra buffer at
+    page size > 1); the optional fields are given only when used."""
     window, draft_window = windows
-    extra_buffer = mamba and page > 1
-    requests = _mamba_rows(pools, extra_buffer) if mamba else _rows(pools)
     components = [ComponentType.FULL]
-    if window is not None:
-        allocator = _window_allocator(page, pools, requests if mamba else None)
-        components.append(ComponentType.SWA)
-    elif mamba:
-        allocator = _mamba_allocator(page, pools, requests)
-    else:
-        allocator = _full_allocator(page, pools)
-    if mamba:
-        components.append(ComponentType.MAMBA)
-    params = CacheInitParams(
+    components += [ComponentType.SWA] * (window is not None) + [ComponentType.MAMBA] * mamba
+    optional: dict[str, Any] = {"draft_swa_window": draft_window} if draft_window else {}
+    if mamba and page > 1:
+        optional["enable_mamba_extra_buffer"] = True
+    return CacheInitParams(
         disable=False,
         req_to_token_pool=requests,
         token_to_kv_pool_allocator=allocator,
         page_size=page,
         sliding_window_size=window,
-        draft_swa_window=draft_window,
-        enable_mamba_extra_buffer=extra_buffer,
         tree_components=tuple(components),
         tree_core_backend=TREE_CORE,
+        **optional,
     )
-    return UnifiedRadixCache(params)
+
+
+def new_cache(page: int, windows: tuple[int | None, int], mamba: bool, pools: Pools) -> Any:
+    """An empty ``UnifiedRadixCache`` on CPU: full KV, with an SWA component when
+    ``windows`` (SGLang's ``sliding_window_size`` and ``draft_swa_window``) has a
+    window, and a Mamba component when ``mamba`` (with SGLang's extra buffer at page
+    size > 1)."""
+    requests = _mamba_rows(pools, mamba and page > 1) if mamba else _rows(pools)
+    if windows[0] is not None:
+        allocator = _window_allocator(page, pools, requests if mamba else None)
+    elif mamba:
+        allocator = _mamba_allocator(page, pools, requests)
+    else:
+        allocator = _full_allocator(page, pools)
+    return UnifiedRadixCache(cache_params(page, windows, mamba, requests, allocator))
 
 
 def _rows(pools: Pools) -> Any:
@@ -370,20 +415,17 @@ def reused(q: Query, lay: Layout, built: Built, length: int, path: torch.Tensor)
 
 def sglang_answer(q: Query) -> dict[str, Any]:
     """The ``sglang`` target: SGLang's hit length for the first M tokens and the blocks
-    its match reuses. A query with a hash unit h is SGLang at page size h holding its
-    :func:`fine_query` (h must be the alignment: SGLang matches whole pages).
+    its match reuses.
 
     >>> sglang_target({"groups": [{"kind": "full", "block_size": 1},
     ...                           {"kind": "sliding_window", "block_size": 1, "window": 3}],
     ...                "cached": ["1111", "0110"], "max_length": 4})
     {'length': 3, 'blocks': [[0, 1, 2], [1, 2]]}
-    >>> sglang_target({"groups": [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}],
-    ...                "cached": [[True, {"upto": 6}], [False, {"upto": 6}]], "max_length": 7,
-    ...                "hash_unit": 2})
-    {'length': 6, 'blocks': [[0, 1], [1]]}
+    >>> sglang_target({"groups": [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}],
+    ...                "cached": ["111", "011"], "max_length": 7})
+    {'length': 6, 'blocks': [[0, 1, 2], [2]]}
     """
-    fine = fine_query(q)
-    lay = layout(fine)
+    lay = layout(q)
     try:
         built = build(lay)
     except (AssertionError, ValueError) as err:
@@ -391,9 +433,9 @@ def sglang_answer(q: Query) -> dict[str, Any]:
     result = built.cache.match_prefix(MatchPrefixParams(key=key(q.max_length)))
     length = result.device_prefix_len
     path = built.cache.path_device_indices(result.last_device_node)
-    blocks = reused(fine, lay, built, length, path)
-    return coarse_answer(q, Answer(length, tuple(map(tuple, blocks)))).to_json()
+    blocks = reused(q, lay, built, length, path)
+    return Answer(length, tuple(map(tuple, blocks))).to_json()
 
 
-sglang_target = QueryTarget(sglang_answer)
+sglang_target = QueryTarget(sglang_answer, TREE_CAPABILITIES)
 """The ``sglang`` target."""

@@ -45,7 +45,7 @@ SCHEDULER_BLOCK_SIZE = 2
 LOOKAHEAD_TOKENS = 0  # num_hash_lookahead_tokens
 NUM_TOKENS = 4  # T: the request is tokens 0 … T-1
 MAX_LENGTH = 3  # M: the longest hit asked for (vLLM's max_cache_hit_length)
-NUM_BLOCKS = 3  # the cached blocks and vLLM's null block
+NUM_BLOCKS = 3  # enough for the cached blocks, and vLLM's null block
 CACHED = [[0, 1]]  # per group: the whole blocks in vLLM's prefix cache
 PARTIAL = {}  # per group: the fine boundary of a partially filled block
 # The correct answer, computed by `kvhit export` (kvhit.model.spec.longest_hit, the
@@ -67,37 +67,24 @@ def accepted(func, **options):
 COORDINATOR_PARAMS = inspect.signature(kv_cache_coordinator.get_kv_cache_coordinator).parameters
 # What this query needs of vLLM's API (a release without it cannot be asked the query)
 NEEDED = [
-    (
-        "hash_block_size" in COORDINATOR_PARAMS,
-        "get_kv_cache_coordinator takes no hash_block_size (0.14.0 and later)",
-    ),
+    ("hash_block_size" in COORDINATOR_PARAMS, "get_kv_cache_coordinator takes no hash_block_size (0.14.0 and later)"),
 ]
 MISSING = "; ".join(why for present, why in NEEDED if not present)
 if MISSING:
-    pytest.skip(
-        f"vLLM {vllm.__version__} cannot be asked this query: {MISSING}", allow_module_level=True
-    )
+    pytest.skip(f"vLLM {vllm.__version__} cannot be asked this query: {MISSING}", allow_module_level=True)
 
 
 def kv_cache_groups():
     """One KV cache group per row of the drawing."""
     return [
-        KVCacheGroupSpec(
-            ["layer.0"],
-            FullAttentionSpec(
-                block_size=2, **ATTENTION, **accepted(FullAttentionSpec, is_draft=True)
-            ),
-            **accepted(KVCacheGroupSpec, is_eagle_group=True),
-        ),  # full b=2 eagle
+        KVCacheGroupSpec(["layer.0"], FullAttentionSpec(block_size=2, **ATTENTION, **accepted(FullAttentionSpec, is_draft=True)), **accepted(KVCacheGroupSpec, is_eagle_group=True)),  # full b=2 eagle
     ]
 
 
 def request(request_id, tokens):
     """A request of these tokens, its block hashes computed by vLLM's own hasher."""
     hasher = get_request_block_hasher(
-        HASH_BLOCK_SIZE,
-        sha256,
-        **accepted(get_request_block_hasher, num_hash_lookahead_tokens=LOOKAHEAD_TOKENS),
+        HASH_BLOCK_SIZE, sha256, **accepted(get_request_block_hasher, num_hash_lookahead_tokens=LOOKAHEAD_TOKENS)
     )
     options = accepted(Request, pooling_params=None, eos_token_id=None, block_hasher=hasher)
     return Request(request_id, list(tokens), SamplingParams(max_tokens=1), **options)
@@ -108,9 +95,7 @@ def put_in_cache(pool, req, group_id, block_size):
     as vLLM caches a request's blocks (a null block in between is skipped)."""
     cached = CACHED[group_id]
     fresh = iter(pool.get_new_blocks(len(cached)))
-    blocks = [
-        next(fresh) if j in cached else pool.null_block for j in range(max(cached, default=-1) + 1)
-    ]
+    blocks = [next(fresh) if j in cached else pool.null_block for j in range(max(cached, default=-1) + 1)]
     pool.cache_full_blocks(req, blocks, 0, len(blocks), block_size, group_id)
     if group_id in PARTIAL:
         (block,) = pool.get_new_blocks(1)
@@ -118,9 +103,7 @@ def put_in_cache(pool, req, group_id, block_size):
 
 
 def test_find_longest_cache_hit_is_the_longest_valid_hit():
-    config = KVCacheConfig(
-        num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=kv_cache_groups()
-    )
+    config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=kv_cache_groups())
     options = dict(
         max_model_len=4,
         max_in_flight_tokens=4,

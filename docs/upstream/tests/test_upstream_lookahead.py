@@ -47,7 +47,7 @@ SCHEDULER_BLOCK_SIZE = 4
 LOOKAHEAD_TOKENS = 4  # num_hash_lookahead_tokens
 NUM_TOKENS = 5  # T: the request is tokens 0 … T-1
 MAX_LENGTH = 4  # M: the longest hit asked for (vLLM's max_cache_hit_length)
-NUM_BLOCKS = 2  # the cached blocks and vLLM's null block
+NUM_BLOCKS = 2  # enough for the cached blocks, and vLLM's null block
 CACHED = [[]]  # per group: the whole blocks in vLLM's prefix cache
 PARTIAL = {}  # per group: the fine boundary of a partially filled block
 # The correct answer, computed by `kvhit export` (kvhit.model.spec.longest_hit, the
@@ -69,44 +69,25 @@ def accepted(func, **options):
 COORDINATOR_PARAMS = inspect.signature(kv_cache_coordinator.get_kv_cache_coordinator).parameters
 # What this query needs of vLLM's API (a release without it cannot be asked the query)
 NEEDED = [
-    (
-        "hash_block_size" in COORDINATOR_PARAMS,
-        "get_kv_cache_coordinator takes no hash_block_size (0.14.0 and later)",
-    ),
-    (
-        "num_hash_lookahead_tokens" in COORDINATOR_PARAMS,
-        "no lookahead block hashes (num_hash_lookahead_tokens, 0.33.0 and later)",
-    ),
+    ("hash_block_size" in COORDINATOR_PARAMS, "get_kv_cache_coordinator takes no hash_block_size (0.14.0 and later)"),
+    ("num_hash_lookahead_tokens" in COORDINATOR_PARAMS, "no lookahead block hashes (num_hash_lookahead_tokens, 0.33.0 and later)"),
 ]
 MISSING = "; ".join(why for present, why in NEEDED if not present)
 if MISSING:
-    pytest.skip(
-        f"vLLM {vllm.__version__} cannot be asked this query: {MISSING}", allow_module_level=True
-    )
+    pytest.skip(f"vLLM {vllm.__version__} cannot be asked this query: {MISSING}", allow_module_level=True)
 
 
 def kv_cache_groups():
     """One KV cache group per row of the drawing."""
     return [
-        KVCacheGroupSpec(
-            ["layer.0"],
-            MambaSpec(
-                block_size=4,
-                **MAMBA_STATE,
-                **accepted(MambaSpec, mamba_cache_mode="align"),
-                **accepted(MambaSpec, is_draft=True),
-            ),
-            **accepted(KVCacheGroupSpec, is_eagle_group=True),
-        ),  # mamba b=4 lookahead=4
+        KVCacheGroupSpec(["layer.0"], MambaSpec(block_size=4, **MAMBA_STATE, **accepted(MambaSpec, mamba_cache_mode="align"), **accepted(MambaSpec, is_draft=True)), **accepted(KVCacheGroupSpec, is_eagle_group=True)),  # mamba b=4 lookahead=4
     ]
 
 
 def request(request_id, tokens):
     """A request of these tokens, its block hashes computed by vLLM's own hasher."""
     hasher = get_request_block_hasher(
-        HASH_BLOCK_SIZE,
-        sha256,
-        **accepted(get_request_block_hasher, num_hash_lookahead_tokens=LOOKAHEAD_TOKENS),
+        HASH_BLOCK_SIZE, sha256, **accepted(get_request_block_hasher, num_hash_lookahead_tokens=LOOKAHEAD_TOKENS)
     )
     options = accepted(Request, pooling_params=None, eos_token_id=None, block_hasher=hasher)
     return Request(request_id, list(tokens), SamplingParams(max_tokens=1), **options)
@@ -117,9 +98,7 @@ def put_in_cache(pool, req, group_id, block_size):
     as vLLM caches a request's blocks (a null block in between is skipped)."""
     cached = CACHED[group_id]
     fresh = iter(pool.get_new_blocks(len(cached)))
-    blocks = [
-        next(fresh) if j in cached else pool.null_block for j in range(max(cached, default=-1) + 1)
-    ]
+    blocks = [next(fresh) if j in cached else pool.null_block for j in range(max(cached, default=-1) + 1)]
     pool.cache_full_blocks(req, blocks, 0, len(blocks), block_size, group_id)
     if group_id in PARTIAL:
         (block,) = pool.get_new_blocks(1)
@@ -127,9 +106,7 @@ def put_in_cache(pool, req, group_id, block_size):
 
 
 def test_find_longest_cache_hit_is_the_longest_valid_hit():
-    config = KVCacheConfig(
-        num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=kv_cache_groups()
-    )
+    config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=kv_cache_groups())
     options = dict(
         max_model_len=5,
         max_in_flight_tokens=5,
@@ -154,9 +131,7 @@ def test_find_longest_cache_hit_is_the_longest_valid_hit():
     # block size; the query is asked only where that is A.
     partial = bool(getattr(coordinator, "enable_partial_hash_hits", False))
     if (HASH_BLOCK_SIZE if partial else SCHEDULER_BLOCK_SIZE) != ALIGNMENT:
-        pytest.skip(
-            f"vLLM {vllm.__version__} aligns these hits elsewhere (partial hash hits: {partial})"
-        )
+        pytest.skip(f"vLLM {vllm.__version__} aligns these hits elsewhere (partial hash hits: {partial})")
     req = request("0", range(NUM_TOKENS))
     for group_id, group in enumerate(config.kv_cache_groups):
         put_in_cache(coordinator.block_pool, req, group_id, group.kv_cache_spec.block_size)

@@ -1,7 +1,7 @@
 """``kvhit export FILE``: a saved counterexample as a pytest file in the engine's terms.
 
 The file (a saved disagreement, a plain query, or a saved stateful program) is read
-as ``kvhit replay`` reads it; the engine's generator (:data:`GENERATORS`) writes the
+by :func:`kvhit.harness.saved.decode`, as ``kvhit replay`` reads it; the engine's generator (:data:`GENERATORS`) writes the
 test. Every problem is one
 ``error: ...`` line and exit code 2.
 """
@@ -12,25 +12,20 @@ from pathlib import Path
 
 import click
 
-from kvhit.engines.export import ExportEngine, SavedLookup, SavedProgram, engine_of
+from kvhit.engines.pytest_writer import ExportEngine, SavedLookup, SavedProgram, engine_of
 from kvhit.errors import BadInput
 from kvhit.harness.compare import ReplyClass
-from kvhit.harness.report import load_disagreement
+from kvhit.harness.saved import CaseFile, ProgramFile, decode
 from kvhit.importing import import_attr
 from kvhit.inputs import read_text
-from kvhit.model.protocol import QueryError, parse_query
-from kvhit.targets.stateful import (
-    Admission,
-    check_admit,
-    decode_admit,
-    is_program_file,
-    load_program_file,
-)
+from kvhit.model.protocol import QueryError
+from kvhit.targets.stateful import Admission, check_admit, decode_admit
+from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import BadReturn
 
 GENERATORS = {
-    ExportEngine.VLLM: "kvhit.engines.vllm.export:generate",
-    ExportEngine.SGLANG: "kvhit.engines.sglang.export:generate",
+    ExportEngine.VLLM: "kvhit.engines.vllm.vllm_pytest:generate",
+    ExportEngine.SGLANG: "kvhit.engines.sglang.sglang_pytest:generate",
 }
 """Each engine's generator, imported when used (it needs no engine installed)."""
 
@@ -41,50 +36,47 @@ NO_TIERS = (
 )
 
 
-def chosen_engine(source: str, given: str | None, target: object) -> ExportEngine:
+def chosen_engine(source: str, given: str | None, target: TargetRecord | None) -> ExportEngine:
     """The engine given, else the one the file's recorded target drives."""
     if given is not None:
         if given not in tuple(ExportEngine):
             raise BadInput(f"--engine {given!r}: expected one of {', '.join(ExportEngine)}")
         return ExportEngine(given)
-    found = engine_of(target if isinstance(target, str) else None)
+    found = engine_of(target)
     if found is None:
-        recorded = f"records target {target!r}" if target else "records no target"
+        recorded = f"records target {target.label!r}" if target else "records no target"
         raise BadInput(f"{source} {recorded}: give --engine ({', '.join(ExportEngine)})")
     return found
 
 
-def saved_program(source: str, text: str, given: str | None) -> SavedProgram:
+def saved_program(source: str, saved: ProgramFile, given: str | None) -> SavedProgram:
     """A saved stateful disagreement, to export."""
-    program, record = load_program_file(text)
-    if not record:
+    if saved.cls is None:
         raise BadInput(f"{source}: a plain program, not a saved disagreement: nothing failed")
-    if program.tiers:
+    if saved.program.tiers:
         raise BadInput(f"{source}: an engine with external stores {NO_TIERS}")
-    snapshot = record.get("snapshot")
     return SavedProgram(
         source,
-        program,
-        chosen_engine(source, given, record.get("target")),
-        str(record.get("class")),
-        str(record.get("reason")),
-        parse_query(snapshot) if snapshot is not None else None,
-        record.get("target_answer"),
+        saved.program,
+        chosen_engine(source, given, saved.target),
+        saved.cls,
+        str(saved.reason),
+        saved.snapshot,
+        saved.target_answer,
     )
 
 
-def saved_lookup(source: str, text: str, given: str | None) -> SavedLookup:
+def saved_lookup(source: str, saved: CaseFile, given: str | None) -> SavedLookup:
     """A saved stateless disagreement (or a plain query), to export."""
-    query, record = load_disagreement(text)
-    if query.tiers:
+    if saved.query.tiers:
         raise BadInput(f"{source}: a query with tiers {NO_TIERS}")
     return SavedLookup(
         source,
-        query,
-        chosen_engine(source, given, record.get("target")),
-        record.get("class"),
-        record.get("target_answer"),
-        record.get("reason"),
+        saved.query,
+        chosen_engine(source, given, saved.target),
+        saved.cls,
+        saved.target_answer,
+        saved.reason,
     )
 
 
@@ -117,9 +109,10 @@ def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:
     file on any problem."""
     text = read_text(source)
     try:
-        if not is_program_file(text):
-            return saved_lookup(source, text, given)
-        program = saved_program(source, text, given)
+        saved = decode(text)
+        if isinstance(saved, CaseFile):
+            return saved_lookup(source, saved, given)
+        program = saved_program(source, saved, given)
         hit_shows(program)
         return program
     except (QueryError, BadReturn) as err:

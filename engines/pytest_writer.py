@@ -1,8 +1,9 @@
 """What ``kvhit export`` turns into an engine's own test, and what every engine's
 generator shares: the saved counterexample, the correct answer, and the docstring.
 
-A generator (``kvhit.engines.ENGINE.export:generate``, chosen by ``kvhit export``) takes a :class:`SavedLookup` or
-a :class:`SavedProgram` and returns the text of one pytest file that imports only
+A generator (``generate`` in :mod:`kvhit.engines.vllm.vllm_pytest` and
+:mod:`kvhit.engines.sglang.sglang_pytest`, chosen by ``kvhit export``) takes a
+:class:`SavedLookup` or a :class:`SavedProgram` and returns the text of one pytest file that imports only
 the engine and pytest, asserts the spec's answer (computed here, written into the
 file as literals) and fails where the engine has the counterexample's class.
 
@@ -33,6 +34,7 @@ from typing import Any
 from kvhit.draw import draw
 from kvhit.model.spec import Answer, Query, longest_hit
 from kvhit.targets.stateful import Finish, Op, Program
+from kvhit.targets.target_record import TargetRecord
 
 
 class ExportEngine(StrEnum):
@@ -42,15 +44,16 @@ class ExportEngine(StrEnum):
     SGLANG = "sglang"
 
 
-def engine_of(target: str | None) -> ExportEngine | None:
-    """The engine a recorded target name drives (``vllm``, ``vllm-undocumented``,
-    ``vllm[eagle=drop]``, ``sglang``), or None.
+def engine_of(target: TargetRecord | None) -> ExportEngine | None:
+    """The engine a recorded target drives (the built-ins ``vllm``,
+    ``vllm-undocumented``, ``vllm-connector``, ``sglang``, ``sglang-hicache``), or None.
 
-    >>> engine_of("vllm[eagle=drop]"), engine_of("impl")
+    >>> engine_of(TargetRecord("vllm", (("eagle", "drop"),))), engine_of(TargetRecord("impl"))
     (<ExportEngine.VLLM: 'vllm'>, None)
     """
+    name = target.name if target is not None else None
     for engine in ExportEngine:
-        if target is not None and target.startswith(engine.value):
+        if name is not None and (name == engine or name.startswith(f"{engine}-")):
             return engine
     return None
 

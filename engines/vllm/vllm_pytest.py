@@ -24,7 +24,7 @@ Requests and their block hashes are made as vLLM's own tests make them
 ``block_hasher=get_request_block_hasher(block_size, sha256)``), the ``Request``
 keywords filtered by signature as :mod:`kvhit.engines.vllm.compat` does.
 
-    >>> from kvhit.engines.export import ExportEngine
+    >>> from kvhit.engines.pytest_writer import ExportEngine
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2, "eagle": True}],
     ...                  "cached": ["11"], "max_length": 3})
@@ -39,7 +39,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvhit.engines.export import SavedLookup, SavedProgram, lookup_story, program_story, wrapped
+from kvhit.engines.pytest_writer import (
+    SavedLookup,
+    SavedProgram,
+    lookup_story,
+    program_story,
+    wrapped,
+)
 from kvhit.engines.vllm.divergences import DIVERGENCES
 from kvhit.engines.vllm.release import (
     EAGLE_WINDOW_ASSERT,

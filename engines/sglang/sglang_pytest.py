@@ -8,12 +8,10 @@ the Mamba states that are not cached with the cached ones locked, asks
 ``match_prefix`` for the request's first M tokens, and asserts the hit and the pages
 each group reuses equal kvhit's spec answer, written into the file. The state is
 built as the ``sglang`` target builds it (:mod:`kvhit.engines.sglang.target`);
-a query that target refuses is refused here with the same reason.
+a query that target refuses is refused here with the same reason (what any SGLang tree
+may be asked, :data:`kvhit.engines.sglang.layout.TREE`, read without importing SGLang).
 
-A query with a hash unit h is SGLang at page size h holding its fine query, so the
-file speaks of pages of h tokens, and its expected pages are the fine answer's.
-
-    >>> from kvhit.engines.export import ExportEngine
+    >>> from kvhit.engines.pytest_writer import ExportEngine
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1},
     ...                             {"kind": "sliding_window", "block_size": 1, "window": 3}],
@@ -27,10 +25,10 @@ Stateful programs are not exported for SGLang (:class:`BadInput` says so).
 
 from __future__ import annotations
 
-from kvhit.engines.export import SavedLookup, SavedProgram, lookup_story, wrapped
-from kvhit.engines.sglang.layout import layout
+from kvhit.engines.pytest_writer import SavedLookup, SavedProgram, lookup_story, wrapped
+from kvhit.engines.sglang.layout import TREE, layout
 from kvhit.errors import BadInput, Unsupported
-from kvhit.model.spec import Kind, fine_query, longest_hit, window_before
+from kvhit.model.spec import Kind, longest_hit, window_before
 
 SGLANG_TEST = '''\
 """SGLang's UnifiedRadixCache.match_prefix on one cache state, against the longest valid hit.
@@ -261,9 +259,12 @@ def pools(page: int, window: bool, mamba: bool) -> tuple[list[str], str]:
 def lookup_file(saved: SavedLookup) -> str:
     """The pytest file of a saved lookup; :class:`BadInput` if SGLang's tree cannot
     hold the query (the ``sglang`` target's reason)."""
-    fine = fine_query(saved.query)
+    q = saved.query
     try:
-        lay = layout(fine)
+        refused = TREE.refusal(q)
+        if refused is not None:
+            raise Unsupported(refused)
+        lay = layout(q)
     except Unsupported as err:
         raise BadInput(f"{saved.source}: SGLang cannot be asked this: {err}") from None
     window, draft_window = lay.window_sizes
@@ -274,10 +275,10 @@ def lookup_file(saved: SavedLookup) -> str:
     state = (WINDOW_CACHED_LINE.format(row=list(lay.window_row)) if lay.windows else "") + (
         MAMBA_CACHED_LINE.format(row=list(lay.mamba_row)) if lay.mamba_row is not None else ""
     )
-    best = longest_hit(fine)
+    best = longest_hit(q)
     groups = [
         (g.kind.value, window_before(g) if g.kind == Kind.SLIDING_WINDOW else None)
-        for g in fine.groups
+        for g in q.groups
     ]
     alloc = NO_TOKENS if not lay.tokens else ALLOC_TOKENS if lay.page == 1 else ALLOC_PAGES
     story = "\n\n".join(
@@ -286,11 +287,6 @@ def lookup_file(saved: SavedLookup) -> str:
             wrapped(
                 f"Exported by `kvhit export {saved.source}`; kvhit's `sglang` target asks SGLang "
                 "this query the same way (kvhit.engines.sglang.target)."
-                + (
-                    f" SGLang's pages are the hash unit h={fine.groups[0].block_size}."
-                    if saved.query.hash_unit
-                    else ""
-                )
             ),
         ]
     )
@@ -299,7 +295,7 @@ def lookup_file(saved: SavedLookup) -> str:
         imports="".join(IMPORTS[p] + "\n" for p in pieces),
         page=lay.page,
         full_pages=lay.full_blocks,
-        max_length=fine.max_length,
+        max_length=q.max_length,
         groups=groups,
         state=state,
         length=best.length,
