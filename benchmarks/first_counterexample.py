@@ -5,8 +5,9 @@ Run: ``python benchmarks/first_counterexample.py [--only NAME ...]`` from the
 repository's root. Each row runs the command a user runs, ``kvhit gate --target X``
 (``kvhit gate --stateful --target X`` for a stateful engine) as a fresh process, and
 times it from the start until the first replay file appears in its ``--out`` folder
-(the disagreement as first seen, saved before it is shrunk), or until the process
-exits when it saves none. The cases (or programs) checked come from the run's
+(the disagreement as first seen, saved before it is shrunk; a stateful campaign saves
+its program once shrunk, so there shrinking is included), or until the process exits
+when it saves none. The cases (or programs) checked come from the run's
 ``--json`` report: all jobs' cases when the run stopped, so a job may have checked a
 few past the one that disagreed.
 
@@ -187,9 +188,11 @@ HEADER = """\
 Seconds from starting `kvhit gate` (at its defaults) to its first replay file: starting
 Python, kvhit's imports (torch among them), the jobs' start, loading the target, and
 every phase before the disagreement (exhaustive scopes, solver corpus, random cases;
-for --stateful, the programs), up to saving the disagreement as first seen. Left out:
-shrinking it, the report, and the process's exit. A row whose process saved nothing is
-timed to its exit. Cases: all jobs' cases (programs) when the run stopped."""
+for --stateful, the programs), up to saving the disagreement as first seen; a stateful
+campaign saves only the shrunk program, so its rows include shrinking (at most 30 s).
+Left out: shrinking a stateless case, the report, and the process's exit. A row whose
+process saved nothing is timed to its exit. Cases: all jobs' cases (programs) when the
+run stopped."""
 
 
 @click.command()
