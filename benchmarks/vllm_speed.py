@@ -30,13 +30,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from kvhit.analysis import Analysis
 from kvhit.engines.vllm import target
 from kvhit.errors import Unsupported
 from kvhit.harness.checker import CaseChecker, Phase
-from kvhit.harness.compare import judge_reply, unanswered
+from kvhit.harness.compare import judge_reply
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.random_cases import CHOICES
-from kvhit.model.spec import Answer, Query, longest_hit
 from kvhit.targets.spec import TargetSpec
 
 Campaign = Callable[[], list[Phase]]
@@ -47,10 +47,10 @@ class BeforeChecker(CaseChecker):
     """The checker before: L* worked out for every reply, whatever it holds; the query
     sent as JSON; the alarm handler set up by each call's time limit."""
 
-    def judge(self, q: Query, best: Answer | None = None) -> tuple[Any, Any]:
-        reply = self.runner(q.to_json())
-        best = longest_hit(q) if best is None else best
-        return unanswered(reply) or judge_reply(q, reply, best), reply.value
+    def judge(self, a: Analysis) -> tuple[Any, Any]:
+        reply = self.runner(a.query.to_json())
+        _ = a.longest_hit  # worked out whatever the reply holds
+        return judge_reply(a, reply), reply.value
 
     def run(self, phase: Phase) -> bool:
         self.phase, self.phases_run = phase.name, self.phases_run + 1

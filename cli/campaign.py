@@ -20,6 +20,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,6 +104,7 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "counts": dict(tally.counts),
         "phases": dict(tally.by_phase),
         "unsupported_reasons": dict(tally.refused.most_common()),
+        "withheld": dict(tally.withheld.most_common()),
         "disagreements": [d.saved().to_json() for d in tally.found],
         "files": [str(path) for path in tally.files],
         "interrupted": tally.interrupted,
@@ -161,6 +163,9 @@ def report(tally: Tally, seconds: float, as_json: bool, console: Console, spec: 
                 f"{counts_text(tally.counts)}{loading_text(tally)}"
             )
         )
+        withheld = sum(tally.withheld.values())
+        if withheld:
+            console.print(Text(f"  not asked {withheld}: the target's declared rules refuse them"))
         for reason, n in tally.refused.most_common(SHOWN_REASONS):
             console.print(Text(f"  unsupported {n}: {reason}"))
         if len(tally.refused) > SHOWN_REASONS:
@@ -260,6 +265,7 @@ def scope_phases(
     seconds: float | None,
     cases: int | None,
     capabilities: Capabilities = BASE,
+    redrawn: Counter[str] | None = None,
 ) -> list[Phase]:
     """One exhaustive phase per scope, each bounded by ``seconds`` and ``cases`` (the
     scopes are the user's: every one is checked, whatever the target declares)."""
@@ -322,7 +328,7 @@ def fuzz(
         plan = ProgramPlan(
             picked,
             o.drawn_shape(),
-            max_tokens=prompt_tokens or 2 * max_blocks,
+            max_tokens=prompt_tokens or ProgramPlan.max_tokens,
             steps=steps or DEFAULT_STEPS,
             seed=o.seed,
             stop_at_first=False,

@@ -1,68 +1,64 @@
-"""What ``kvhit check`` says about one query: the report as data, and drawn.
+"""What ``kvhit check`` says about one query: the report as data, and drawn. Both are
+made from one :class:`~kvhit.analysis.Analysis` of the query.
 
 >>> from kvhit.model.protocol import parse_query
 >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
 ...                  "cached": ["01", "10"], "max_length": 2})
->>> report = check_report(q)
+>>> report = check_report(Analysis(q))
 >>> report["length"], report["per_group"], report["min_of_groups_verdict"]
-(0, [2, 1], 'unsafe')
+(0, [2, 1], <Verdict.UNSAFE: 'unsafe'>)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvhit.draw import draw, explain, judge, verdict
+from kvhit.analysis import Analysis
+from kvhit.draw import draw, explain, judge
 from kvhit.errors import BadInput
-from kvhit.model.spec import Kind, Query, longest_hit
-from kvhit.model.tiers import hit_plan
-from kvhit.reference import finder_results, fixed_point_answer, wrong_tier_answers
+from kvhit.model.spec import Kind
 
 
-def check_report(q: Query) -> dict[str, Any]:
-    """Everything ``kvhit check`` says about one query, as JSON-ready data."""
-    best = longest_hit(q)
-    per_group = finder_results(q)
-    min_length = min(per_group)
+def check_report(a: Analysis) -> dict[str, Any]:
+    """Everything ``kvhit check`` says about the analysed query, as JSON-ready data."""
+    best = a.longest_hit
+    min_length = a.min_of_groups.length
     return {
-        "query": q.to_json(),
+        "query": a.query.to_json(),
         "length": best.length,
         "blocks": [list(b) for b in best.blocks],
-        "fixed_point": fixed_point_answer(q).length,
+        "fixed_point": a.fixed_point.length,
         "brute_force": best.length,
         "min_of_groups": min_length,
-        "min_of_groups_verdict": verdict(min_length, best.length),
-        "per_group": per_group,
-        **(tier_report(q, best.length) if q.tiers else {}),
-        **(wrong_combinations(q) if diverging(q) else {}),
+        "min_of_groups_verdict": a.verdict(min_length),
+        "per_group": list(a.finder_results),
+        **(tier_report(a) if a.query.tiers else {}),
+        **({"wrong_combinations": a.wrong_tier_answers} if diverging(a) else {}),
     }
 
 
-def diverging(q: Query) -> bool:
+def diverging(a: Analysis) -> bool:
     """Whether per-group hits can diverge the way the known-wrong tier combinations
-    mishandle: the query has tiers or a Mamba group."""
+    (docs/design.md §1.7) mishandle: the query has tiers or a Mamba group."""
+    q = a.query
     return bool(q.tiers) or any(g.kind == Kind.MAMBA for g in q.groups)
 
 
-def tier_report(q: Query, length: int) -> dict[str, Any]:
-    """A tiered query's part of the report: where each reused block is loaded from,
-    and the tokens computed."""
-    work = hit_plan(q, length)
+def tier_report(a: Analysis) -> dict[str, Any]:
+    """A tiered query's part of the report: where each block reused at L* is loaded
+    from, and the tokens computed."""
+    work = a.hit_plan
     return {
         "loads": [[x.group, x.block, x.source] for x in work.loads],
         "recompute": [work.recompute.start, work.recompute.stop],
     }
 
 
-def wrong_combinations(q: Query) -> dict[str, Any]:
-    """What each known-wrong combination of per-group hits answers (docs/design.md §1.7)."""
-    return {"wrong_combinations": wrong_tier_answers(q)}
-
-
-def check_text(q: Query, report: dict[str, Any]) -> str:
+def check_text(a: Analysis, report: dict[str, Any]) -> str:
     """The drawn form of a check report."""
+    q = a.query
     notes = [f"own finder: {hit}" for hit in report["per_group"]]
-    lines = [draw(q, report["blocks"], notes)]
+    lines = [draw(q, a.longest_hit, notes)]
     reused = "; ".join(
         f"group {i} blocks {', '.join(map(str, b))}" for i, b in enumerate(report["blocks"]) if b
     )
@@ -74,9 +70,9 @@ def check_text(q: Query, report: dict[str, Any]) -> str:
         lines.append(
             f"loads {loads_text(report['loads'])}; computes tokens {report['recompute'][0]} … {report['recompute'][1] - 1}"
         )
-    lines.append(judge(q, "min of groups", report["min_of_groups"]))
+    lines.append(judge(a, "min of groups", report["min_of_groups"]))
     for name, length in report.get("wrong_combinations", {}).items():
-        lines.append(judge(q, name, length))
+        lines.append(judge(a, name, length))
     return "\n".join(lines)
 
 
@@ -102,11 +98,12 @@ def loads_text(loads: list[list[Any]]) -> str:
     return "; ".join(parts) or "nothing"
 
 
-def explain_text(q: Query, length: int, label: str) -> str:
+def explain_text(a: Analysis, length: int, label: str) -> str:
     """``--explain L``: which group needs which missing block at L."""
+    q = a.query
     if length > q.max_length or length % q.alignment:
         raise BadInput(
             f"{label}: --explain {length} is not a candidate: hits are multiples of "
             f"A={q.alignment} up to M={q.max_length}"
         )
-    return explain(q, length)
+    return explain(a, length)

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from kvhit.harness.compare import ReplyClass
+from kvhit.analysis import Verdict
 from kvhit.harness.tally import OnProgress, Tally
 
 REFRESH = 0.1  # seconds between two updates of a campaign's bar
@@ -41,9 +41,9 @@ def progress_bar(
 
 
 def counts_text(counts: Counter[str]) -> str:
-    """Counts by class, in the order of :class:`ReplyClass` (ok, the disagreements
+    """Counts by class, in the order of :class:`~kvhit.analysis.Verdict` (ok, the disagreements
     worst first, unsupported, rejected), e.g. ``ok 120  unsafe 3``."""
-    return "  ".join(f"{cls} {counts[cls]}" for cls in ReplyClass if counts[cls])
+    return "  ".join(f"{cls} {counts[cls]}" for cls in Verdict if counts[cls])
 
 
 @contextmanager

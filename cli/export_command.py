@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
+from kvhit.analysis import Verdict
 from kvhit.engines.pytest_writer import ExportEngine, SavedLookup, SavedProgram, engine_of
 from kvhit.errors import BadInput
-from kvhit.harness.compare import ReplyClass
 from kvhit.harness.saved import CaseFile, ProgramFile, decode
 from kvhit.importing import import_attr
 from kvhit.inputs import read_text
@@ -84,7 +84,7 @@ def hit_shows(saved: SavedProgram) -> None:
     """BadInput unless what disagreed shows in the engine's own calls: a crash, or an
     admit's hit other than the correct one (a stale or overwritten block the ledger
     found under a correct hit does not)."""
-    if saved.cls == ReplyClass.CRASH:
+    if saved.cls == Verdict.CRASH:
         return
     if saved.cls not in HIT_CLASSES or saved.correct is None:
         raise BadInput(
@@ -101,7 +101,7 @@ def hit_shows(saved: SavedProgram) -> None:
         )
 
 
-HIT_CLASSES = (ReplyClass.UNSAFE, ReplyClass.LOST_REUSE, ReplyClass.WRONG_BLOCKS)
+HIT_CLASSES = (Verdict.UNSAFE, Verdict.LOST_REUSE, Verdict.WRONG_BLOCKS)
 
 
 def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:

@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from kvhit.analysis import Analysis
 from kvhit.cli.check import check_report, check_text, explain_text
 from kvhit.errors import BadInput
 from kvhit.harness.saved import read_queries
@@ -82,9 +83,10 @@ def check(file: str, as_json: bool, explain_at: int | None) -> None:
     """
     queries = read_queries(file)
     for number, (label, q) in enumerate(queries):
-        report = check_report(q)
+        analysis = Analysis(q)
+        report = check_report(analysis)
         if explain_at is not None:
-            report["explain"] = explain_text(q, explain_at, label)
+            report["explain"] = explain_text(analysis, explain_at, label)
         if as_json:
             click.echo(json.dumps(report))
             continue
@@ -92,7 +94,7 @@ def check(file: str, as_json: bool, explain_at: int | None) -> None:
             click.echo()
         if len(queries) > 1:
             click.echo(f"# {label}")
-        click.echo(check_text(q, report))
+        click.echo(check_text(analysis, report))
         if explain_at is not None:
             click.echo(report["explain"])
 

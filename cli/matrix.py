@@ -40,14 +40,14 @@ from typing import IO, Any
 
 import click
 
+from kvhit.analysis import DISAGREEMENTS, Verdict
 from kvhit.cli.options import option_option, parse_options, timeout_option
 from kvhit.engines.vllm.divergences import CONNECTOR_CLASSES, in_release
 from kvhit.engines.vllm.release import VLLM_TARGETS
 from kvhit.errors import BadInput, TargetError
-from kvhit.harness.compare import CLASSES, ReplyClass
 from kvhit.targets.spec import TargetSpec
 
-COLUMNS = ("ok", *CLASSES, "unsupported")
+COLUMNS = (Verdict.OK, *DISAGREEMENTS, Verdict.UNSUPPORTED)
 DEFAULT_CASES = 20_000
 MATRIX_OUT = "kvhit-matrix"
 NO_TIME_BOUND = 86_400  # the random phase ends at --cases, not on a clock
@@ -100,9 +100,9 @@ class Row:
     seconds: float = 0.0
     error: str | None = None
 
-    def disagreements(self) -> set[ReplyClass]:
+    def disagreements(self) -> set[Verdict]:
         """The disagreement classes this release's gate met."""
-        return {c for c in CLASSES if self.counts.get(c, 0)}
+        return {c for c in DISAGREEMENTS if self.counts.get(c, 0)}
 
     def to_json(self) -> dict[str, Any]:
         """The row as JSON-ready data."""
@@ -268,16 +268,7 @@ def run_releases(
     return [rows[release] for release, _ in folders if release in rows], interrupted
 
 
-VERDICTS = {
-    "unsafe": ReplyClass.UNSAFE,
-    "lost reuse": ReplyClass.LOST_REUSE,
-    "wrong blocks": ReplyClass.WRONG_BLOCKS,
-    "crash": ReplyClass.CRASH,
-}
-"""A documented divergence's verdict as the class the gate counts it in."""
-
-
-def documented_classes(release: str, target: str) -> set[ReplyClass]:
+def documented_classes(release: str, target: str) -> set[Verdict]:
     """The classes the documented divergences of ``release`` give against ``target``
     (none against ``vllm-undocumented``, which answers their states ``unsupported``).
 
@@ -290,11 +281,9 @@ def documented_classes(release: str, target: str) -> set[ReplyClass]:
     """
     if target == UNDOCUMENTED:
         return set()
-    found = {VERDICTS[d.verdict] for d in in_release(release)}
+    found = {d.verdict for d in in_release(release)}
     if target == CONNECTOR_TARGET:
-        found |= {
-            VERDICTS[v] for c in CONNECTOR_CLASSES if c.in_release(release) for v in c.verdicts
-        }
+        found |= {v for c in CONNECTOR_CLASSES if c.in_release(release) for v in c.verdicts}
     return found
 
 
@@ -355,7 +344,7 @@ def spans(rows: list[Row]) -> dict[str, list[str]]:
     >>> spans([Row("0.14.0", {"unsafe": 2}), Row("0.34.0", {"unsafe": 1, "crash": 3})])
     {'unsafe': ['0.14.0', '0.34.0'], 'crash': ['0.34.0']}
     """
-    found = {str(c): [r.release for r in rows if r.counts.get(c, 0)] for c in CLASSES}
+    found = {str(c): [r.release for r in rows if r.counts.get(c, 0)] for c in DISAGREEMENTS}
     return {c: releases for c, releases in found.items() if releases}
 
 

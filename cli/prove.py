@@ -27,6 +27,7 @@ from rich.progress import MofNCompleteColumn
 from rich.table import Table
 from rich.text import Text
 
+from kvhit.analysis import Analysis
 from kvhit.cli.display import progress_bar
 from kvhit.draw import draw, judge
 from kvhit.errors import BadInput
@@ -194,7 +195,7 @@ def report(
         if cx is not None:
             console.print(f"\n[bold]{r.name}[/bold]: {r.status}", highlight=False)
             console.print(draw(cx.query), markup=False, highlight=False)
-            console.print(judge(cx.query, cx.algorithm, cx.length), markup=False)
+            console.print(judge(Analysis(cx.query), cx.algorithm, cx.length), markup=False)
             answers = ", ".join(f"{name} {value}" for name, value in cx.answers.items())
             console.print(f"answers: {answers}" + (f" ({cx.note})" if cx.note else ""))
         if not r.ok and r.detail:

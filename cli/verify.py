@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kvhit.analysis import Analysis
 from kvhit.cli.check import check_report, check_text
 from kvhit.importing import import_attr
 from kvhit.model.protocol import parse_query
@@ -71,13 +72,13 @@ def facts_section(
     ok = True
     for name, (fact, expected) in facts.items():
         text = resources.files("kvhit.examples").joinpath(name).read_text(encoding="utf-8")
-        q = parse_query(json.loads(text))
-        report = check_report(q)
+        analysis = Analysis(parse_query(json.loads(text)))
+        report = check_report(analysis)
         got = {key: picked(report[key], expected[key]) for key in expected}
         held = got == expected and report["fixed_point"] == report["length"]
         ok &= held
         console.print(f"[bold]{name}[/bold]: {fact}", highlight=False)
-        console.print(check_text(q, report), highlight=False, markup=False)
+        console.print(check_text(analysis, report), highlight=False, markup=False)
         console.print("[green]holds[/green]" if held else f"[red]does not hold[/red]: {got}")
     return ok
 

@@ -47,11 +47,14 @@ Refusal = Callable[[Query], str | None]
 class Rule:
     """One capability predicate beyond the declared data: its ``name`` (for reports)
     and the function saying why a query cannot be asked (None: it can). A rule reads a
-    query's configuration (groups, alignment, hash unit, lengths, which tiers), never
-    its rows, so a drawn configuration is kept or redrawn as a whole."""
+    query's configuration (groups, alignment, hash unit, lengths, which tiers), so a
+    drawn configuration is kept or redrawn as a whole; one that ``reads_rows`` (what
+    one engine's index can hold, say SGLang's radix tree) is also checked on every
+    drawn state."""
 
     name: str
     refuses: Refusal
+    reads_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,10 @@ class Capabilities:
 
     def refusal(self, q: Query) -> str | None:
         """Why ``q`` cannot be asked of a target with these capabilities, or None."""
+        return self.configuration_refusal(q) or self.rows_refusal(q)
+
+    def configuration_refusal(self, q: Query) -> str | None:
+        """Why no state of ``q``'s configuration can be asked (its rows unread), or None."""
         for g in q.groups:
             why = self.group_refusal(g)
             if why is not None:
@@ -125,11 +132,25 @@ class Capabilities:
         if q.tiers and not self.tiers:
             names = ", ".join(t.name for t in q.tiers)
             return f"reads its own pool only: a query with tiers ({names}) is not asked of it"
+        return self.rules_refusal(q, reads_rows=False)
+
+    def rows_refusal(self, q: Query) -> str | None:
+        """Why ``q``'s rows cannot be asked (the rules that read rows), or None."""
+        return self.rules_refusal(q, reads_rows=True)
+
+    def rules_refusal(self, q: Query, reads_rows: bool) -> str | None:
+        """The first reason of the rules that do (or do not) read rows, or None."""
         for rule in self.rules:
-            why = rule.refuses(q)
-            if why is not None:
-                return why
+            if rule.reads_rows == reads_rows:
+                why = rule.refuses(q)
+                if why is not None:
+                    return why
         return None
+
+    @property
+    def reads_rows(self) -> bool:
+        """Whether some rule reads rows (so every drawn state is checked)."""
+        return any(rule.reads_rows for rule in self.rules)
 
     def allows(self, q: Query) -> bool:
         """Whether ``q`` may be asked."""

@@ -7,7 +7,7 @@
 query: M=2 A=1
 group 0  sliding_window w=2 b=1   . #
 group 1  sliding_window w=2 b=1   # .
->>> print(judge(q, "target", 1))
+>>> print(judge(Analysis(q), "target", 1))
 target answered 1 (unsafe): group 0 needs block 0 at L=1, not cached
 
 With a hash unit h, each block is drawn as its units (``#`` a unit held, for Mamba
@@ -23,37 +23,51 @@ shows the units it holds:
 query: M=7 A=2 h=2
 group 0  full b=4                # # | # .
 group 1  mamba b=4 lookahead=3   . # | # .
->>> print(judge(q, "target", 6))
+>>> print(judge(Analysis(q), "target", 6))
 target answered 6 (unsafe): group 1 (lookahead=3) has its key at L=6 cover the next 3 tokens, past the request's 8 tokens
 
 A tiered query draws each tier's row under its group's, named by the tier; ``@``
-marks a reused block wherever it is held:
+marks a reused block (or unit) wherever it is held:
 
 >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}, {"kind": "mamba", "block_size": 1}],
 ...                  "cached": ["100", "001"], "max_length": 3,
 ...                  "tiers": [{"name": "lmcache", "holds": ["full"], "cached": {"0": "011"}}]})
->>> print(draw(q, longest_hit(q).blocks))
+>>> a = Analysis(q)
+>>> print(draw(q, a.longest_hit))
 query: M=3 A=1
 group 0  full b=1    @ . .
   lmcache            . @ @
 group 1  mamba b=1   . . @
->>> print(judge(q, "the pool alone", 1))
+>>> print(judge(a, "the pool alone", 1))
 the pool alone answered 1 (lost reuse): L=3 is valid for every group
+
+A hit reads only some units of a block it reuses (a Mamba group one state, the one at
+the hit), and only those are marked:
+
+>>> q = parse_query({"groups": [{"kind": "mamba", "block_size": 4}], "cached": [[{"upto": 2}]],
+...                  "max_length": 4, "hash_unit": 2,
+...                  "tiers": [{"name": "cpu", "holds": ["mamba"], "cached": {"0": [True]}}]})
+>>> print(draw(q, Analysis(q).longest_hit))
+query: M=4 A=2 h=2
+group 0  mamba b=4   # .
+  cpu                . @
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.model.spec import (
+    Answer,
     Drafter,
     Group,
     Query,
     fine_row,
     key_reach,
-    longest_hit,
-    misses,
+    reused_range,
     touched_blocks,
 )
 
@@ -65,38 +79,52 @@ def shown_blocks(q: Query, i: int) -> int:
     return max(touched_blocks(q, q.groups[i]), 1)
 
 
-def draw_row(
-    row: Sequence[Any],
-    count: int,
-    marked: Sequence[int] = (),
-    g: Group | None = None,
-    unit: int | None = None,
-) -> str:
-    """Blocks as ``#`` (cached) and ``.`` (not); a marked cached block is ``@``.
-    With a hash ``unit`` (and the row's group g), each block is its units, one cell
-    each (:func:`kvhit.model.spec.fine_row`), and blocks are parted by ``|``."""
-    marks = set(marked)
+def marked_units(g: Group, unit: int, blocks: Sequence[int], length: int) -> set[int]:
+    """The units (of ``unit`` tokens, numbered from the row's start) to draw as reused
+    when group g reuses ``blocks`` at a hit of ``length``: in each block, the units
+    that hit reads (a Mamba group's one state, the one at the hit; attention's units
+    before the hit), or every unit of a block the hit reads nothing of (a block listed
+    past the hit, drawn where it is claimed).
+
+    >>> sorted(marked_units(Group("mamba", 4), 2, [0], 4)), sorted(marked_units(Group("full", 4), 2, [1], 6))
+    ([1], [2])
+    >>> sorted(marked_units(Group("full", 2), 2, [3], 2))
+    [3]
+    """
+    per = g.block_size // unit
+    lo, hi = reused_range(replace(g, block_size=unit), length) if length else (0, 0)
+    out: set[int] = set()
+    for j in blocks:
+        read = range(max(lo, j * per), min(hi, (j + 1) * per))
+        out.update(read or range(j * per, (j + 1) * per))
+    return out
+
+
+def draw_row(row: Sequence[Any], count: int, marked: set[int], g: Group, unit: int) -> str:
+    """Blocks as ``#`` (cached) and ``.`` (not), each block its units of ``unit`` tokens
+    (:func:`kvhit.model.spec.fine_row`; a block is one unit when ``unit`` is its size),
+    blocks parted by ``|`` when they have several; a ``marked`` unit held is ``@``."""
     shown = min(count, MAX_DRAWN_BLOCKS)
-    per = 1 if g is None or unit is None else g.block_size // unit
-    bits = fine_row(g, row[:shown], unit) if g is not None and unit is not None else row
+    per = g.block_size // unit
+    bits = fine_row(g, row[:shown], unit)
     cells = []
     for j in range(shown):
-        units = [j * per + i < len(bits) and bool(bits[j * per + i]) for i in range(per)]
-        mark = "@" if j in marks else "#"
-        cells.append(" ".join(mark if bit else "." for bit in units))
+        units = range(j * per, (j + 1) * per)
+        held = [u < len(bits) and bits[u] for u in units]
+        cells.append(
+            " ".join(("@" if u in marked else "#") if bit else "." for u, bit in zip(units, held))
+        )
     more = f" … ({count} blocks)" if count > MAX_DRAWN_BLOCKS else ""
     return (" | " if per > 1 else " ").join(cells) + more
 
 
-def draw(
-    q: Query,
-    marked: Sequence[Sequence[int]] | None = None,
-    notes: Sequence[str] | None = None,
-) -> str:
-    """The query's header and one row of blocks per group.
+def draw(q: Query, reused: Answer | None = None, notes: Sequence[str] | None = None) -> str:
+    """The query's header and one row of blocks per group (and per tier that holds
+    some of the group's), with a hash unit each block drawn as its units.
 
-    ``marked`` gives per group the blocks to draw as ``@`` (the reused ones);
-    ``notes`` adds a note at the end of each group's row.
+    ``reused`` is the answer drawn (L*'s, or a target's): its blocks are drawn as ``@``
+    at the units its length reads (:func:`marked_units`); ``notes`` adds a note at the
+    end of each group's row.
     """
     header = f"query: M={q.max_length} A={q.alignment}"
     if q.num_tokens != q.max_length + 1:
@@ -106,14 +134,14 @@ def draw(
     labels = [f"group {i}  {g.describe()}" for i, g in enumerate(q.groups)]
     width = max(len(label) for label in [*labels, *(f"  {t.name}" for t in q.tiers)])
     lines = [header]
-    for i, label in enumerate(labels):
+    for i, (label, g) in enumerate(zip(labels, q.groups)):
+        unit = g.block_size if q.hash_unit is None else q.hash_unit
+        marked = marked_units(g, unit, reused.blocks[i], reused.length) if reused else set()
         note = f"   {notes[i]}" if notes else ""
         rows = [(label, q.cached[i], note)]
         rows += [(f"  {t.name}", t.cached[i], "") for t in q.tiers if t.cached[i] is not None]
         for name, row, text in rows:
-            cells = draw_row(
-                row, shown_blocks(q, i), marked[i] if marked else (), q.groups[i], q.hash_unit
-            )
+            cells = draw_row(row, shown_blocks(q, i), marked, g, unit)
             lines.append(f"{name.ljust(width)}   {cells}{text}".rstrip())
     return "\n".join(lines)
 
@@ -125,10 +153,11 @@ def run_text(run: range) -> str:
     return f"{run.start} … {run.stop - 1}"
 
 
-def explain(q: Query, length: int) -> str:
-    """Why a hit of ``length`` is invalid (which group needs which block, or with a
-    hash unit which units), or that it is valid."""
-    found = misses(q, length)
+def explain(a: Analysis, length: int) -> str:
+    """Why a hit of ``length`` is invalid for the analysed query (which group needs which
+    block, or with a hash unit which units), or that it is valid."""
+    q = a.query
+    found = a.misses(length)
     if not found:
         return f"L={length} is valid for every group"
     what = "block" if q.hash_unit is None else "unit"
@@ -155,21 +184,20 @@ def past_request_text(g: Group, i: int, length: int, q: Query) -> str:
     return f"group {i} (eagle) needs the {what} after L={length}, {past}"
 
 
-def verdict(length: int, best: int) -> str:
-    """``unsafe``, ``lost reuse`` or ``correct`` for an answer against L*."""
-    if length > best:
-        return "unsafe"
-    if length < best:
-        return "lost reuse"
-    return "correct"
+def length_reason(a: Analysis, length: int) -> str:
+    """Why a hit of ``length`` is wrong against L* (:meth:`Analysis.verdict`): an unsafe
+    one's missing blocks, a lost reuse's longer valid hit; '' when it is L*."""
+    verdict = a.verdict(length)
+    if verdict == Verdict.UNSAFE:
+        return explain(a, length)
+    if verdict == Verdict.LOST_REUSE:
+        return f"L={a.longest_hit.length} is valid for every group"
+    return ""
 
 
-def judge(q: Query, who: str, length: int) -> str:
-    """One line: what ``who`` answered, the verdict, and the reason."""
-    best = longest_hit(q).length
-    said = f"{who} answered {length} ({verdict(length, best)})"
-    if length > best:
-        return f"{said}: {explain(q, length)}"
-    if length < best:
-        return f"{said}: L={best} is valid for every group"
-    return said
+def judge(a: Analysis, who: str, length: int) -> str:
+    """One line: what ``who`` answered, the verdict (:attr:`Verdict.label`), and the
+    reason (:func:`length_reason`)."""
+    said = f"{who} answered {length} ({a.verdict(length).label})"
+    reason = length_reason(a, length)
+    return f"{said}: {reason}" if reason else said

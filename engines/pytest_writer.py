@@ -124,7 +124,7 @@ def lookup_story(saved: SavedLookup, engine_name: str) -> str:
     lines = [
         wrapped(intro),
         "",
-        indented(draw(q, [list(b) for b in best.blocks])),
+        indented(draw(q, best)),
         "",
         f"The correct hit (kvhit's spec, computed by `kvhit export`): L* = {best.length}.",
     ]
@@ -157,7 +157,7 @@ def program_story(saved: SavedProgram, engine_name: str) -> str:
                 "(# cached, . not, @ reused by the correct hit):"
             ),
             "",
-            indented(draw(saved.snapshot, [list(b) for b in saved.correct.blocks])),
+            indented(draw(saved.snapshot, saved.correct)),
             "",
             f"The correct hit there (kvhit's spec, computed by `kvhit export`): "
             f"L* = {saved.correct.length}; {engine_name} answered {said(saved.answer)}.",

@@ -1,11 +1,12 @@
 """A small stateful engine, written from scratch, for the stateful contract
 (:class:`kvhit.contract.StatefulEngine`; docs/protocol.md).
 
-Full attention only (anything else is refused as unsupported): one pool of physical
-blocks shared by every group, an index from (group, token prefix through a block's
-end) to the block that holds it, reference counts, and the least recently freed block
-evicted first. Try it with
-``kvhit fuzz --stateful --kinds full --target kvhit.examples.stateful_engine:FullAttentionEngine``.
+Full attention without drafters or hash units, declared with
+:func:`kvhit.contract.declare`, so kvhit draws nothing else for it: one pool of
+physical blocks shared by every group, an index from (group, token prefix through a
+block's end) to the block that holds it, reference counts, and the least recently
+freed block evicted first. Try it with
+``kvhit fuzz --stateful --target kvhit.examples.stateful_engine:FullAttentionEngine``.
 
 kvhit makes it with an :class:`~kvhit.contract.EngineConfig` and reads its typed answers:
 
@@ -25,21 +26,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from kvhit.contract import Admitted, EngineConfig, Rejected, Snapshot
-from kvhit.errors import Unsupported
-from kvhit.model.spec import Kind
+from kvhit.contract import Admitted, EngineConfig, Rejected, Snapshot, declare
 
 BlockKey = tuple[int, tuple[int, ...]]  # (group, the tokens of the prefix through the block)
 
 
+@declare(kinds=["full"], drafters=[], hash_units=False)
 class FullAttentionEngine:
     """A prefix cache for full-attention groups behind the stateful protocol."""
 
     def __init__(self, config: EngineConfig):
-        if any(g.kind != Kind.FULL or g.drafter for g in config.groups):
-            raise Unsupported("this example serves full attention only, without drafters")
-        if config.hash_unit is not None:
-            raise Unsupported("this example caches whole blocks only: no hash unit")
         self.sizes = [g.block_size for g in config.groups]
         self.alignment = config.alignment
         self.free = dict.fromkeys(range(config.num_blocks))  # in eviction order

@@ -26,11 +26,12 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from kvhit.harness.compare import Outcome, ReplyClass, judge_reply, unanswered
+from kvhit.analysis import Analysis, Verdict
+from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.report import Disagreement
-from kvhit.harness.shrink import shrink
+from kvhit.harness.shrink import SHRINK_SECONDS, shrink
 from kvhit.harness.tally import Tally
-from kvhit.model.spec import Answer, Query, longest_hit
+from kvhit.model.spec import Answer, Query
 from kvhit.targets.runner import Runner, alarm_handler
 from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import json_safe
@@ -74,7 +75,7 @@ class CaseChecker:
     proceed: Callable[[tuple[int, int]], bool] = lambda position: True
     """Asked before each case with its :attr:`position`; False stops the run."""
     stop_at_first: bool = False
-    shrink_seconds: float = 10.0
+    shrink_seconds: float = SHRINK_SECONDS
     tally: Tally = field(init=False)
     phase: str = field(init=False, default="")
     phases_run: int = field(init=False, default=0)
@@ -84,28 +85,28 @@ class CaseChecker:
     def __post_init__(self) -> None:
         self.tally = Tally(self.target.label)
 
-    def judge(self, q: Query, best: Answer | None = None) -> tuple[Outcome, Any]:
-        """Run the target on ``q`` and classify its reply; also the raw answer. L* is
-        worked out (when not given) only for a reply that holds an answer."""
-        reply = self.runner.ask(q)
-        outcome = unanswered(reply)
-        if outcome is None:
-            outcome = judge_reply(q, reply, best if best is not None else longest_hit(q))
-        return outcome, reply.value
+    def judge(self, a: Analysis) -> tuple[Outcome, Any]:
+        """Run the target on the analysed query and classify its reply; also the raw
+        answer. L* is worked out (when the analysis does not hold it yet) only for a
+        reply that holds an answer."""
+        reply = self.runner.ask(a.query)
+        return judge_reply(a, reply), reply.value
 
     def check(self, q: Query, best: Answer | None = None) -> Outcome:
-        """Check one case; shrink, save and report it if it is a new class."""
-        outcome, answer = self.judge(q, best)
+        """Check one case (``best``: L*'s answer, when its source knows it); shrink,
+        save and report it if it is a new class."""
+        a = Analysis.knowing(q, best)
+        outcome, answer = self.judge(a)
         tally = self.tally
         tally.cases += 1
         tally.counts[outcome.cls] += 1
         tally.by_phase[self.phase] += 1
-        if outcome.cls == ReplyClass.UNSUPPORTED:
+        if outcome.cls == Verdict.UNSUPPORTED:
             tally.refused[outcome.reason] += 1
         if outcome.disagrees and tally.found_new(outcome.cls):
             tally.found_at.append(self.position)
             self.report(
-                Disagreement(self.target, outcome.cls, q, json_safe(answer), outcome.reason)
+                Disagreement(self.target, outcome.cls, a, json_safe(answer), outcome.reason)
             )
         return outcome
 
@@ -122,7 +123,7 @@ class CaseChecker:
         tally.saved.append(first := self.keep(seen))
         self.on_saved(tally)
         cls = seen.cls
-        small = shrink(seen.query, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
+        small = shrink(seen.analysis, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
         outcome, answer = self.judge(small)
         found = seen  # kept when the target is not deterministic
         if outcome.cls == cls:

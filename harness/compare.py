@@ -1,6 +1,6 @@
 """Judging a target's reply against the reference answer L* (docs/design.md §5.3).
 
-Classes of disagreement, worst first:
+Classes of disagreement (:class:`~kvhit.analysis.Verdict`), worst first:
 
     unsafe        the length is longer than L* (the engine would read missing KV)
     lost_reuse    the length is shorter than L*
@@ -15,12 +15,11 @@ Classes of disagreement, worst first:
 nor is ``rejected`` (a stateful engine whose pool cannot hold a request now).
 
     >>> from kvhit.model.protocol import parse_query
-    >>> from kvhit.model.spec import longest_hit
-    >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}],
-    ...                  "cached": ["10"], "max_length": 2})
-    >>> judge_reply(q, Reply("answer", 2), longest_hit(q)).cls
-    <ReplyClass.UNSAFE: 'unsafe'>
-    >>> judge_reply(q, Reply("answer", {"length": 1, "blocks": [[1]]}), longest_hit(q)).reason
+    >>> q = Analysis(parse_query({"groups": [{"kind": "full", "block_size": 1}],
+    ...                           "cached": ["10"], "max_length": 2}))
+    >>> judge_reply(q, Reply("answer", 2)).cls
+    <Verdict.UNSAFE: 'unsafe'>
+    >>> judge_reply(q, Reply("answer", {"length": 1, "blocks": [[1]]})).reason
     'group 0 lists block 1, which is not cached'
 """
 
@@ -28,48 +27,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from kvhit.draw import explain
+from kvhit.analysis import Analysis, Verdict
+from kvhit.draw import length_reason
 from kvhit.model.ops import PY
-from kvhit.model.spec import Answer, Query, Upto, answer_at
+from kvhit.model.spec import Upto
 from kvhit.targets.runner import Reply
 from kvhit.targets.wire import BadReturn, decode_answer
 
 
-class ReplyClass(StrEnum):
-    """The class of a reply (the table above); a member equals its name as a string."""
-
-    OK = "ok"
-    UNSAFE = "unsafe"
-    LOST_REUSE = "lost_reuse"
-    WRONG_BLOCKS = "wrong_blocks"
-    CRASH = "crash"
-    TIMEOUT = "timeout"
-    BAD_RETURN = "bad_return"
-    UNSUPPORTED = "unsupported"
-    REJECTED = "rejected"
-
-
-NOT_DISAGREEMENTS = (ReplyClass.OK, ReplyClass.UNSUPPORTED, ReplyClass.REJECTED)
-CLASSES = tuple(c for c in ReplyClass if c not in NOT_DISAGREEMENTS)
-"""The disagreement classes, worst first."""
-
-
 @dataclass(frozen=True)
 class Outcome:
-    """The class of one reply (``ok``, ``unsupported`` or one of :data:`CLASSES`),
-    the length the target gave (when it gave one) and the reason, for people."""
+    """The class of one reply, the length the target gave (when it gave one) and the
+    reason, for people."""
 
-    cls: ReplyClass
+    cls: Verdict
     length: int | None = None
     reason: str = ""
 
     @property
     def disagrees(self) -> bool:
-        """Whether this is a disagreement (neither ok nor unsupported)."""
-        return self.cls not in NOT_DISAGREEMENTS
+        """Whether this is a disagreement (neither ok, unsupported nor rejected)."""
+        return self.cls.disagrees
 
 
 def held(row: Sequence[Any], j: int) -> bool:
@@ -77,9 +57,10 @@ def held(row: Sequence[Any], j: int) -> bool:
     return 0 <= j < len(row) and (isinstance(row[j], Upto) or PY.bit(row, j))
 
 
-def blocks_problem(q: Query, length: int, blocks: list[list[int]]) -> str:
+def blocks_problem(a: Analysis, length: int, blocks: list[list[int]]) -> str:
     """Why the listed blocks are wrong for a hit of ``length``, or '' when they are right."""
-    needed = answer_at(q, length).blocks
+    q = a.query
+    needed = a.answer_at(length).blocks
     for i, (g, listed, reused) in enumerate(zip(q.groups, blocks, needed)):
         past = -(-length // g.block_size)
         rows = [q.cached[i], *(t.cached[i] or () for t in q.tiers)]
@@ -98,24 +79,24 @@ def unanswered(reply: Reply) -> Outcome | None:
     """The class of a reply that holds no answer (a crash, a timeout, a refusal ...),
     which needs no reference answer to judge; None for an answer."""
     if reply.status != "answer":
-        return Outcome(ReplyClass(reply.status), reason=reply.detail)
+        return Outcome(Verdict(reply.status), reason=reply.detail)
     return None
 
 
-def judge_reply(q: Query, reply: Reply, best: Answer) -> Outcome:
-    """The class of ``reply`` to query ``q`` whose reference answer is ``best``."""
+def judge_reply(a: Analysis, reply: Reply) -> Outcome:
+    """The class of ``reply`` to the analysed query. L* is worked out (when the
+    analysis does not hold it yet) only for a reply that holds an answer."""
     outcome = unanswered(reply)
     if outcome is not None:
         return outcome
     try:
-        length, blocks = decode_answer(q, reply.value)
+        length, blocks = decode_answer(a.query, reply.value)
     except BadReturn as err:
-        return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
-    if length > best.length:
-        return Outcome(ReplyClass.UNSAFE, length, explain(q, length))
-    if length < best.length:
-        return Outcome(ReplyClass.LOST_REUSE, length, f"L={best.length} is valid for every group")
-    problem = blocks_problem(q, length, blocks) if blocks is not None else ""
+        return Outcome(Verdict.BAD_RETURN, reason=str(err))
+    verdict = a.verdict(length)
+    if verdict != Verdict.OK:
+        return Outcome(verdict, length, length_reason(a, length))
+    problem = blocks_problem(a, length, blocks) if blocks is not None else ""
     if problem:
-        return Outcome(ReplyClass.WRONG_BLOCKS, length, problem)
-    return Outcome(ReplyClass.OK, length)
+        return Outcome(Verdict.WRONG_BLOCKS, length, problem)
+    return Outcome(Verdict.OK, length)

@@ -145,9 +145,9 @@ def tiered_boundary_queries() -> Iterator[Query]:
 def corpus_queries(capabilities: Capabilities = BASE) -> Iterator[Query]:
     """The whole corpus a target of ``capabilities`` can be asked: the solver states,
     then the boundary states, then those with a hash unit, then (when it takes tiers)
-    the tiered boundary states."""
+    the tiered boundary states (rules that read rows are the caller's, state by state)."""
     every = [solver_queries(), boundary_queries(), unit_queries()]
     if capabilities.tiers:
         every.append(tiered_boundary_queries())
     for source in every:
-        yield from (q for q in source if capabilities.allows(q))
+        yield from (q for q in source if capabilities.configuration_refusal(q) is None)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvhit.analysis import Analysis
 from kvhit.contract import Capabilities
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import judge_reply
@@ -33,7 +34,7 @@ from kvhit.harness.report import Disagreement, Record
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.harness.tally import OnProgress, Tally
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.spec import Query
 from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner, alarm_handler
 from kvhit.targets.spec import TargetSpec
@@ -149,7 +150,8 @@ def gate(
     record = TargetRecord(getattr(target, "__name__", "target"))
     checker = CaseChecker(runner, record, out, stop_at_first=True)
     with alarm_handler():
-        for phase in gate_phases(seconds, seed, capabilities=runner.capabilities):
+        caps = runner.capabilities
+        for phase in gate_phases(seconds, seed, capabilities=caps, redrawn=checker.tally.withheld):
             if not checker.run(phase):
                 break
     return checker.tally
@@ -179,8 +181,9 @@ def replayed_on(runner: Runner, target: TargetRecord, item: Query | Program) -> 
     """:func:`replay` on an open runner (of the mode ``item`` needs) of ``target``."""
     if isinstance(item, Query):
         reply = runner.ask(item)
-        outcome = judge_reply(item, reply, longest_hit(item))
-        d = Disagreement(target, outcome.cls, item, json_safe(reply.value), outcome.reason)
+        analysis = Analysis(item)
+        outcome = judge_reply(analysis, reply)
+        d = Disagreement(target, outcome.cls, analysis, json_safe(reply.value), outcome.reason)
         return Replayed(d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}")
     steps = run_program(runner, item)
     p = disagreement_of(target, item, steps)

@@ -302,7 +302,7 @@ def tiered_scopes(max_length: int = TIER_MAX_LENGTH) -> list[Scope]:
 
 def gate_scopes(max_length: int = 4, capabilities: Capabilities = BASE) -> list[Scope]:
     """The gate's scopes a target of ``capabilities`` can be asked (each checked once,
-    on its configuration): each small group alone with M = ``max_length``, and every
+    on its configuration; rules that read rows are the caller's, state by state): each small group alone with M = ``max_length``, and every
     ordered pair with M one less (to keep the count of states small); then the same
     for the :func:`unit_groups` with a hash unit of 1 token, at M one more and with
     unordered pairs; then, when it takes tiers, the :func:`tiered_scopes`."""
@@ -315,4 +315,4 @@ def gate_scopes(max_length: int = 4, capabilities: Capabilities = BASE) -> list[
     fine_pairs = [Scope.of(pair, m - 1, hash_unit=1) for pair in combinations(fine, 2)]
     tiered = tiered_scopes() if capabilities.tiers else []
     every = singles + pairs + fine_singles + fine_pairs + tiered
-    return [scope for scope in every if capabilities.allows(scope.template)]
+    return [scope for scope in every if capabilities.configuration_refusal(scope.template) is None]

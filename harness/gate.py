@@ -23,17 +23,38 @@ from kvhit.harness.tally import Tally
 DEFAULT_SECONDS = 20.0
 
 
-def exhaustive_cases(capabilities: Capabilities = BASE) -> Iterator[Case]:
+def exhaustive_cases(
+    capabilities: Capabilities = BASE, redrawn: Counter[str] | None = None
+) -> Iterator[Case]:
     """Every state of every gate scope a target of ``capabilities`` can be asked, with
-    L* from the vectorized reference."""
+    L* from the vectorized reference (a state its rules that read rows refuse is
+    skipped, counted in ``redrawn`` by reason)."""
     for scope in exhaustive.gate_scopes(capabilities=capabilities):
-        yield from exhaustive.cases(scope)
+        yield from allowed(exhaustive.cases(scope), capabilities, redrawn)
 
 
-def corpus_cases(capabilities: Capabilities = BASE) -> Iterator[Case]:
+def allowed(
+    cases: Iterable[Case], capabilities: Capabilities, redrawn: Counter[str] | None
+) -> Iterator[Case]:
+    """The ``cases`` whose rows the rules of ``capabilities`` allow (every one, when no
+    rule reads rows); each other one counted in ``redrawn`` by its reason."""
+    if not capabilities.reads_rows:
+        yield from cases
+        return
+    for q, best in cases:
+        why = capabilities.rows_refusal(q)
+        if why is None:
+            yield q, best
+        elif redrawn is not None:
+            redrawn[why] += 1
+
+
+def corpus_cases(
+    capabilities: Capabilities = BASE, redrawn: Counter[str] | None = None
+) -> Iterator[Case]:
     """The solver and boundary states a target of ``capabilities`` can be asked (L*
     worked out by the engine)."""
-    return ((q, None) for q in corpus.corpus_queries(capabilities))
+    return allowed(((q, None) for q in corpus.corpus_queries(capabilities)), capabilities, redrawn)
 
 
 def random_cases(
@@ -81,8 +102,8 @@ def gate_phases(
     most ``cases`` cases)."""
     drawn = random_cases(seed, max_blocks, kinds, shape, capabilities, redrawn)
     return [
-        Phase("exhaustive", exhaustive_cases(capabilities)),
-        Phase("corpus", corpus_cases(capabilities)),
+        Phase("exhaustive", exhaustive_cases(capabilities, redrawn)),
+        Phase("corpus", corpus_cases(capabilities, redrawn)),
         Phase("random", drawn, seconds, cases),
     ]
 

@@ -44,6 +44,7 @@ from typing import Any
 from kvhit.errors import TargetError
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.report import Record
+from kvhit.harness.shrink import SHRINK_SECONDS
 from kvhit.harness.tally import Finding, OnProgress, Tally
 from kvhit.targets.spec import TargetSpec
 
@@ -64,7 +65,7 @@ class CaseCampaign:
     own process.
 
     ``phases`` makes the run's phases for the target's capabilities, given as the
-    keyword ``capabilities`` (a picklable function, such as a :func:`functools.partial`
+    keywords ``capabilities`` and ``redrawn`` (a counter of what its rules refused) (a picklable function, such as a :func:`functools.partial`
     of a module-level one); ``out`` is where replay files go (None: nowhere).
     """
 
@@ -72,7 +73,7 @@ class CaseCampaign:
     phases: Callable[..., list[Phase]]
     out: Path | None = None
     stop_at_first: bool = False
-    shrink_seconds: float = 10.0
+    shrink_seconds: float = SHRINK_SECONDS
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ def run_job(campaign: CaseCampaign, job: int, jobs: int, send: Send, stop: Any =
     checker.tally.load_seconds = runner.load_seconds
     interrupted = False
     try:
-        for phase in campaign.phases(capabilities=runner.capabilities):
+        phases = campaign.phases(capabilities=runner.capabilities, redrawn=checker.tally.withheld)
+        for phase in phases:
             if not checker.run(phase.share(job, jobs)):
                 break
     except KeyboardInterrupt:  # report what was checked
@@ -167,6 +169,7 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
         total.refused.update(tally.refused)
+        total.withheld.update(tally.withheld)
         total.interrupted |= tally.interrupted
         total.save_error = total.save_error or tally.save_error
         seen += tally.findings()

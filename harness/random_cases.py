@@ -337,12 +337,10 @@ class QueryShape(StrEnum):
     mix the palette allows), or only states one engine's structure can hold
     (``sglang``: :func:`sglang_query`; ``sglang-hicache``: the same split between
     SGLang's device and its host tier, :func:`sglang_hicache_query`). Whether tiers
-    are drawn is the target's capabilities' to say (``tiers``): ``tiered`` is drawn as
-    ``any`` (kept while the registry and ``--shape`` still name it)."""
+    are drawn is the target's capabilities' to say (``tiers``)."""
 
     ANY = "any"
     SGLANG = "sglang"
-    TIERED = "tiered"
     SGLANG_HICACHE = "sglang-hicache"
 
 
@@ -429,7 +427,6 @@ def sglang_hicache_query(rng: random.Random, max_blocks: int = 8, drawn: Palette
 DRAWERS: dict[QueryShape, Callable[[random.Random, int, Palette], Query]] = {
     QueryShape.ANY: random_query,
     QueryShape.SGLANG: sglang_query,
-    QueryShape.TIERED: random_query,
     QueryShape.SGLANG_HICACHE: sglang_hicache_query,
 }
 

@@ -4,8 +4,8 @@
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "sliding_window", "block_size": 1, "window": 2}] * 2,
     ...                  "cached": ["01", "10"], "max_length": 2})
-    >>> d = Disagreement(TargetRecord("seed-min"), ReplyClass.UNSAFE, q, {"length": 1, "blocks": [[0], [0]]},
-    ...                  "group 0 needs block 0 at L=1, not cached")
+    >>> d = Disagreement(TargetRecord("seed-min"), Verdict.UNSAFE, Analysis(q),
+    ...                  {"length": 1, "blocks": [[0], [0]]}, "group 0 needs block 0 at L=1, not cached")
     >>> print(d.render())
     query: M=2 A=1
     group 0  sliding_window w=2 b=1   . #
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from xml.etree import ElementTree
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.draw import draw, judge
-from kvhit.harness.compare import ReplyClass
 from kvhit.harness.saved import CaseFile, SavedFile
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.spec import Answer, Query
 from kvhit.targets.target_record import TargetRecord
 
 
@@ -34,7 +34,7 @@ class Record(Protocol):
     (:class:`kvhit.harness.stateful.ProgramDisagreement`)."""
 
     @property
-    def cls(self) -> str: ...
+    def cls(self) -> Verdict: ...
     @property
     def reason(self) -> str: ...
     def saved(self) -> SavedFile: ...
@@ -43,38 +43,47 @@ class Record(Protocol):
 
 @dataclass(frozen=True)
 class Disagreement:
-    """A (shrunk) query on which the target disagrees with the reference."""
+    """A (shrunk) query, analysed, on which the target disagrees with the reference."""
 
     target: TargetRecord
-    cls: str
-    query: Query
+    cls: Verdict
+    analysis: Analysis
     target_answer: Any
     reason: str
 
+    @property
+    def query(self) -> Query:
+        """The query the target disagrees on."""
+        return self.analysis.query
+
+    def reference(self) -> dict[str, Any]:
+        """The reference answer: L* and the blocks each group reuses there."""
+        return self.analysis.longest_hit.to_json()
+
     def saved(self) -> CaseFile:
         """The replayable file (its JSON is also an entry of ``gate --json``)."""
-        return CaseFile(
-            self.query, self.target, ReplyClass(self.cls), self.target_answer, self.reason
-        )
+        return CaseFile(self.query, self.target, self.cls, self.target_answer, self.reason)
 
     def render(self) -> str:
         """The query drawn (``@`` marks the blocks the target says it reuses), what
         the target answered and why that is wrong, and L*."""
         answer = self.target_answer
+        said: Any = answer.get("length") if isinstance(answer, dict) else answer
         # Blocks are only drawn when they passed the protocol's checks.
         blocks = answer.get("blocks") if isinstance(answer, dict) else None
-        marked = blocks if self.cls != ReplyClass.BAD_RETURN else None
-        said: Any = answer.get("length") if isinstance(answer, dict) else answer
-        if self.cls in (ReplyClass.UNSAFE, ReplyClass.LOST_REUSE):
-            line = judge(self.query, "target", said)
-        elif self.cls == ReplyClass.WRONG_BLOCKS:
-            line = f"target answered {said} (wrong blocks): {self.reason}"
-        elif self.cls == ReplyClass.BAD_RETURN:
-            line = f"target returned {json.dumps(answer)[:80]} (bad return): {self.reason}"
+        shown = None
+        if blocks is not None and self.cls != Verdict.BAD_RETURN:
+            shown = Answer(said, tuple(map(tuple, blocks)))
+        if self.cls in (Verdict.UNSAFE, Verdict.LOST_REUSE):
+            line = judge(self.analysis, "target", said)
+        elif self.cls == Verdict.WRONG_BLOCKS:
+            line = f"target answered {said} ({self.cls.label}): {self.reason}"
+        elif self.cls == Verdict.BAD_RETURN:
+            line = f"target returned {json.dumps(answer)[:80]} ({self.cls.label}): {self.reason}"
         else:
             line = f"target {self.cls}: {self.reason}"
-        best = longest_hit(self.query)
-        return "\n".join([draw(self.query, marked), line, f"reference answer L* = {best.length}"])
+        best = self.analysis.longest_hit.length
+        return "\n".join([draw(self.query, shown), line, f"reference answer L* = {best}"])
 
 
 def junit_xml(target: str, checked: str, seconds: float, found: Sequence[Record]) -> str:

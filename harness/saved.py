@@ -14,7 +14,7 @@ is on disk before it is reported.
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 2}], "cached": ["1"],
     ...                  "max_length": 2})
-    >>> case = CaseFile(q, TargetRecord("seed-min"), ReplyClass.UNSAFE, {"length": 2}, "why")
+    >>> case = CaseFile(q, TargetRecord("seed-min"), Verdict.UNSAFE, {"length": 2}, "why")
     >>> text = json.dumps(case.to_json())
     >>> json.loads(text)["format"], json.loads(text)["target"]
     ('kvhit-case/2', {'name': 'seed-min'})
@@ -35,8 +35,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from kvhit.analysis import Verdict
 from kvhit.errors import BadInput
-from kvhit.harness.compare import ReplyClass
 from kvhit.inputs import read_text
 from kvhit.model.protocol import QueryError, decode_json, load_queries, parse_query
 from kvhit.model.spec import Query, longest_hit
@@ -76,7 +76,7 @@ class CaseFile:
 
     query: Query
     target: TargetRecord | None = None
-    cls: ReplyClass | None = None
+    cls: Verdict | None = None
     target_answer: Any = None
     reason: str | None = None
 
@@ -107,7 +107,7 @@ class ProgramFile:
 
     program: Program
     target: TargetRecord | None = None
-    cls: ReplyClass | None = None
+    cls: Verdict | None = None
     reason: str | None = None
     snapshot: Query | None = None
     target_answer: Any = None
@@ -149,14 +149,14 @@ def saved_target(obj: dict[str, Any], form: SavedFormat) -> TargetRecord | None:
     return TargetRecord.from_json(target)
 
 
-def saved_class(obj: dict[str, Any]) -> ReplyClass | None:
+def saved_class(obj: dict[str, Any]) -> Verdict | None:
     """The class a file records (None: none)."""
     cls = obj.get("class")
     if cls is None:
         return None
-    if cls not in tuple(ReplyClass):
-        raise QueryError("class", f"must be one of {', '.join(ReplyClass)}, got {cls!r}")
-    return ReplyClass(cls)
+    if cls not in tuple(Verdict):
+        raise QueryError("class", f"must be one of {', '.join(Verdict)}, got {cls!r}")
+    return Verdict(cls)
 
 
 def optional_text(obj: dict[str, Any], key: str) -> str | None:

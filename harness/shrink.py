@@ -10,12 +10,15 @@ nothing simpler has it. Every
 candidate goes through the protocol's own checks, so a shrunk query is always a
 valid one.
 
+Each candidate is analysed once (:class:`~kvhit.analysis.Analysis`): the property is
+asked of its analysis, and the analysis of the query kept is what shrinking returns.
+
     >>> from kvhit.model.protocol import parse_query
     >>> q = parse_query({"groups": [{"kind": "full", "block_size": 1}] * 3,
     ...                  "cached": ["1111", "1101", "1111"], "max_length": 4})
-    >>> small = shrink(q, lambda c: any(not all(row) for row in c.cached))
-    >>> small.to_json()["cached"], small.max_length
-    ([[False]], 0)
+    >>> small = shrink(Analysis(q), lambda c: c.longest_hit.length < c.query.max_length)
+    >>> small.query.to_json()["cached"], small.query.max_length
+    ([[]], 1)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kvhit.analysis import Analysis
 from kvhit.model.protocol import QueryError, parse_query
 from kvhit.model.spec import Drafter, Query
 
@@ -263,19 +267,30 @@ def candidates(q: Query) -> Iterator[Query]:
                 yield cand
 
 
-def shrink(q: Query, keeps: Callable[[Query], bool], seconds: float = 10.0) -> Query:
-    """The smallest query found (within ``seconds``) from ``q`` for which ``keeps`` holds.
+SHRINK_SECONDS = 60.0
+"""How long shrinking may take: a guard against a target slow to answer, far above
+what shrinking a drawn case takes (it ends by itself when no candidate keeps the
+class), so a busy machine shrinks to the same case."""
 
-    ``keeps(q)`` is assumed to hold; every query returned has passed ``keeps``.
+
+def shrink(
+    a: Analysis, keeps: Callable[[Analysis], bool], seconds: float = SHRINK_SECONDS
+) -> Analysis:
+    """The analysis of the smallest query found (within ``seconds``) from ``a``'s for
+    which ``keeps`` holds; each candidate is analysed once, and ``keeps`` is asked of
+    that analysis.
+
+    ``keeps(a)`` is assumed to hold; every analysis returned has passed ``keeps``.
     """
     deadline = time.monotonic() + seconds
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
-        for cand in candidates(q):
+        for cand in candidates(a.query):
             if time.monotonic() >= deadline:
                 break
-            if keeps(cand):
-                q, improved = cand, True
+            analysed = Analysis(cand)
+            if keeps(analysed):
+                a, improved = analysed, True
                 break
-    return q
+    return a

@@ -38,12 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.draw import draw
-from kvhit.harness.compare import Outcome, ReplyClass, judge_reply
+from kvhit.harness.compare import Outcome, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
 from kvhit.harness.saved import ProgramFile
-from kvhit.model.spec import Query, longest_hit
+from kvhit.model.spec import Answer, Query, longest_hit
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import (
     Admission,
@@ -81,7 +82,7 @@ def answer_json(value: Any) -> Any:
 
 def failed(reply: Reply, what: str) -> Outcome:
     """The outcome of a call that gave no answer."""
-    return Outcome(ReplyClass(reply.status), reason=f"{what}: {reply.detail}")
+    return Outcome(Verdict(reply.status), reason=f"{what}: {reply.detail}")
 
 
 @dataclass
@@ -104,7 +105,7 @@ class ProgramRun:
         is then the run's one step."""
         reply = self.runner(Create(self.config))
         if reply.status == "answer":
-            return Outcome(ReplyClass.OK)
+            return Outcome(Verdict.OK)
         outcome = failed(reply, "create")
         self.steps.append(Step(None, outcome))
         return outcome
@@ -115,7 +116,7 @@ class ProgramRun:
         step = self.admit(op) if isinstance(op, Admit) else self.finish(op)
         overwritten = "" if step.outcome.disagrees else self.ledger.overwritten()
         if overwritten:
-            unsafe = Outcome(ReplyClass.UNSAFE, step.outcome.length, overwritten)
+            unsafe = Outcome(Verdict.UNSAFE, step.outcome.length, overwritten)
             step = replace(step, outcome=unsafe)
         self.steps.append(step)
         return step
@@ -123,12 +124,12 @@ class ProgramRun:
     def finish(self, op: Finish) -> Step:
         """Finish a running request (a request that is not running is skipped)."""
         if op.request not in self.running:
-            return Step(op, Outcome(ReplyClass.OK))
+            return Step(op, Outcome(Verdict.OK))
         self.running.discard(op.request)
         self.ledger.release(op.request)
         reply = self.runner(op)
         return Step(
-            op, Outcome(ReplyClass.OK) if reply.status == "answer" else failed(reply, "finish")
+            op, Outcome(Verdict.OK) if reply.status == "answer" else failed(reply, "finish")
         )
 
     def snapshot(self, op: Admit) -> Query | Outcome:
@@ -139,7 +140,7 @@ class ProgramRun:
         try:
             seen = check_snapshot(reply.value, self.config)
         except BadReturn as err:
-            return Outcome(ReplyClass.BAD_RETURN, reason=str(err))
+            return Outcome(Verdict.BAD_RETURN, reason=str(err))
         p, t = self.program, len(op.tokens)
         return Query(p.groups, seen.cached, t - 1, t, p.alignment, p.hash_unit, seen.tiers)
 
@@ -157,9 +158,9 @@ class ProgramRun:
             if isinstance(checked, Admission):
                 decode_answer(q, checked.listed())
         except BadReturn as err:
-            return Step(op, Outcome(ReplyClass.BAD_RETURN, reason=str(err)), q, answer)
+            return Step(op, Outcome(Verdict.BAD_RETURN, reason=str(err)), q, answer)
         if isinstance(checked, Rejected):
-            return Step(op, Outcome(ReplyClass.REJECTED, reason=checked.reason), q, answer)
+            return Step(op, Outcome(Verdict.REJECTED, reason=checked.reason), q, answer)
         self.running.add(op.request)
         self.ledger.move(checked.admitted.moves)
         outcome = self.judge(q, op, checked)
@@ -172,11 +173,11 @@ class ProgramRun:
         length = admission.admitted.length
         stale = self.ledger.problem(q.groups, op.tokens, admission)
         if stale:
-            return Outcome(ReplyClass.UNSAFE, length, stale)
-        outcome = judge_reply(q, Reply("answer", admission.listed()), longest_hit(q))
+            return Outcome(Verdict.UNSAFE, length, stale)
+        outcome = judge_reply(Analysis(q), Reply("answer", admission.listed()))
         if outcome.disagrees or admission.admitted.outputs_match is not False:
             return outcome
-        return Outcome(ReplyClass.UNSAFE, length, "served outputs differ from scratch")
+        return Outcome(Verdict.UNSAFE, length, "served outputs differ from scratch")
 
 
 def run_program(runner: Runner, program: Program) -> list[Step]:
@@ -220,10 +221,10 @@ class ProgramDisagreement:
     def last(self) -> Step:
         """The step that disagreed (a program of no operation on an engine that was
         created: that creation, ok)."""
-        return self.steps[-1] if self.steps else Step(None, Outcome(ReplyClass.OK))
+        return self.steps[-1] if self.steps else Step(None, Outcome(Verdict.OK))
 
     @property
-    def cls(self) -> str:
+    def cls(self) -> Verdict:
         """The class of the disagreement."""
         return self.last.outcome.cls
 
@@ -256,9 +257,12 @@ class ProgramDisagreement:
         if q is not None:
             admission = self.last.admission
             judged = admission is not None and self.cls in ("unsafe", "lost_reuse", "wrong_blocks")
-            marked = admission.reused_indices() if judged and admission is not None else None
+            shown = None
+            if judged and admission is not None:
+                reused = tuple(map(tuple, admission.reused_indices()))
+                shown = Answer(admission.admitted.length, reused)
             lines.append("the engine's own snapshot at that lookup (@ = reused):")
-            lines.append(draw(q, marked))
+            lines.append(draw(q, shown))
             lines.append(f"reference answer on that snapshot L* = {longest_hit(q).length}")
         return "\n".join(lines)
 

@@ -36,9 +36,8 @@ options give the same programs.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from math import lcm
 from pathlib import Path
@@ -57,6 +56,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvhit.analysis import Verdict
 from kvhit.contract import Store, capabilities_of
 from kvhit.harness.random_cases import (
     CHOICES,
@@ -157,12 +157,11 @@ def stores(draw: st.DrawFn, program: Program) -> tuple[Store, ...]:
 ENGINE_DRAWERS = {
     QueryShape.ANY: engines,
     QueryShape.SGLANG: one_tree_engines,
-    QueryShape.TIERED: engines,
     QueryShape.SGLANG_HICACHE: one_tree_engines,
 }
 """The engine configurations a campaign draws, by ``--shape``: ``any`` (every kind,
 mixed block sizes; stores when the engine takes tiers) or ``sglang`` (what SGLang's
-one radix tree holds); ``tiered`` is drawn as ``any``."""
+one radix tree holds)."""
 
 
 def asked(program: Program, num_tokens: int) -> Query:
@@ -320,8 +319,6 @@ class ProgramCampaign:
     on_progress: OnProgress = lambda tally: None
     hunt: Hunt | None = None  # None while generating
     stopped: bool = False  # Stop was raised in this batch
-    redrawn: Counter[str] = field(default_factory=Counter)
-    """Engine configurations the target's capability rules refused, by reason."""
 
     @cached_property
     def palette(self) -> Palette:
@@ -330,10 +327,10 @@ class ProgramCampaign:
 
     def refused(self, program: Program, num_tokens: int) -> bool:
         """Whether the target's rules refuse ``program``'s configuration for prompts of
-        ``num_tokens`` tokens (counted in :attr:`redrawn`)."""
+        ``num_tokens`` tokens (counted in the tally's ``withheld``)."""
         why = self.palette.refusal(asked(program, num_tokens))
         if why is not None:
-            self.redrawn[why] += 1
+            self.tally.withheld[why] += 1
         return why is not None
 
     def stop(self) -> None:
@@ -360,6 +357,8 @@ class ProgramCampaign:
         if hunt is None:
             tally.operations = (tally.operations or 0) + (step.op is not None)
             tally.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
+            if step.outcome.cls == Verdict.UNSUPPORTED:
+                tally.refused[step.outcome.reason] += 1
             self.on_progress(tally)
         cls = step.outcome.cls
         if not step.outcome.disagrees:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvhit.harness.compare import NOT_DISAGREEMENTS
+from kvhit.analysis import Verdict
 from kvhit.harness.report import Record
 from kvhit.harness.saved import save
 
@@ -34,7 +34,10 @@ class Tally:
     (one per case, or per lookup of a program), ``by_phase`` the cases of each phase.
     ``found[i]`` was first seen at ``found_at[i]`` (the phase's place in the run, the
     case's number in it) and saved to ``saved[i]`` (None when the run keeps no files).
-    ``refused`` counts the ``unsupported`` replies by the reason the target gave.
+    ``refused`` counts the ``unsupported`` replies by the reason the target gave;
+    ``withheld`` the drawn cases the target's declared rules refuse, by reason: drawn
+    again (random queries, programs) or skipped (exhaustive and corpus states), never
+    asked.
     """
 
     target: str
@@ -43,6 +46,7 @@ class Tally:
     counts: Counter[str] = field(default_factory=Counter)
     by_phase: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
+    withheld: Counter[str] = field(default_factory=Counter)
     found: list[Record] = field(default_factory=list)
     found_at: list[tuple[int, int]] = field(default_factory=list)
     saved: list[Path | None] = field(default_factory=list)
@@ -65,7 +69,7 @@ class Tally:
     @property
     def disagreements(self) -> int:
         """How many cases (or lookups) disagreed, all classes, before any shrinking."""
-        return sum(n for cls, n in self.counts.items() if cls not in NOT_DISAGREEMENTS)
+        return sum(n for cls, n in self.counts.items() if Verdict(cls).disagrees)
 
     @property
     def files(self) -> list[Path]:

@@ -23,7 +23,7 @@ each admit lists its moves in order, a spill of a block to a store's slot and a
 restore of a slot into a block, so a ledger can follow each block's content into a
 store and back (shown here in their protocol form).
 
-    >>> from kvhit.contract import Store
+    >>> from kvhit.contract import Capabilities, Store
     >>> from kvhit.model.spec import Kind
     >>> cpu = Store("cpu", frozenset({Kind.FULL}), 4)
     >>> engine = StatefulImpl(EngineConfig((Group("full", 2),), 3, 2, stores=(cpu,)))
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kvhit.contract import Admitted, EngineConfig, Rejected, Snapshot
+from kvhit.contract import Admitted, Capabilities, EngineConfig, Rejected, Snapshot
 from kvhit.impl.coordinator import Request
 from kvhit.impl.engine import Engine
 from kvhit.impl.pool import NULL_BLOCK
@@ -52,7 +52,10 @@ TOLERANCE = 1e-12
 
 
 class StatefulImpl:
-    """The impl as a :class:`~kvhit.contract.StatefulEngine`."""
+    """The impl as a :class:`~kvhit.contract.StatefulEngine`: every kind, drafter,
+    window convention and hash unit, and offload stores."""
+
+    capabilities = Capabilities(tiers=True)
 
     def __init__(self, config: EngineConfig, seed: int = 0):
         # The tiny model's tensors are far too small for intra-op threads: with two

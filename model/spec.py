@@ -12,8 +12,9 @@ cached. The needed blocks are always one contiguous run, ``[lo, hi)``:
     mamba             n-1                  (the state at the boundary L)
 
 A group may carry a speculative drafter (:class:`Drafter`): ``drop`` (an eagle group)
-also needs its next block n (matched by hash, then dropped so the drafter recomputes
-it), and the request must hold that whole block: L + b ≤ T; ``lookahead`` needs its
+also needs its next unit u after L cached (block n, matched by hash, then dropped so
+the drafter recomputes it; with a hash unit h, u = h), and the request must hold that
+whole unit: L + u ≤ T; ``lookahead`` needs its
 key at L to exist, L + La ≤ T; ``none`` needs nothing more.
 
 With a hash unit h (a query's ``hash_unit``, dividing every block size), hits are

@@ -36,21 +36,21 @@ from enum import StrEnum
 from pathlib import PurePath
 from typing import Any
 
+from kvhit.analysis import Analysis
 from kvhit.contract import Capabilities, LookupTarget, Option, QueryTarget, lookup_target
 from kvhit.errors import TargetError, UndrivableTarget, described
 from kvhit.importing import import_attr
 from kvhit.model.spec import Query
-from kvhit.reference import fixed_point_answer, min_of_groups_answer
 
 
 def model_answer(q: Query) -> dict[str, Any]:
     """The reference: the fixed point, with the blocks the spec reuses there."""
-    return fixed_point_answer(q).to_json()
+    return Analysis(q).fixed_point.to_json()
 
 
 def seed_min_answer(q: Query) -> dict[str, Any]:
     """The rejected PR: the min of the per-group hits (known wrong, only ever unsafe)."""
-    return min_of_groups_answer(q).to_json()
+    return Analysis(q).min_of_groups.to_json()
 
 
 model_target = QueryTarget(model_answer, Capabilities(tiers=True))
@@ -106,11 +106,9 @@ DIVERGENT_OPTION = Option(
 SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sglang.sh (see docs/engines/sglang.md)"
 
 BUILTINS: dict[str, BuiltIn] = {
-    "model": BuiltIn("kvhit.targets.registry:model_target", shape="tiered"),
+    "model": BuiltIn("kvhit.targets.registry:model_target"),
     "seed-min": BuiltIn("kvhit.targets.registry:seed_min_target"),
-    "impl": BuiltIn(
-        "kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl", shape="tiered"
-    ),
+    "impl": BuiltIn("kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl"),
     "vllm": BuiltIn(
         "kvhit.engines.vllm.target:vllm_lookup",
         "kvhit.engines.vllm.manager:vllm_manager_engine",
@@ -126,7 +124,6 @@ BUILTINS: dict[str, BuiltIn] = {
     "vllm-connector": BuiltIn(
         "kvhit.engines.vllm.tiered:vllm_connector_lookup",
         "kvhit.engines.vllm.offload:vllm_offload_engine",
-        shape="tiered",
         hint=VLLM_HINT,
         options=(DIVERGENT_OPTION,),
     ),

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from test_stateful import Recorder, open_stateful
 
+from kvhit.analysis import Analysis
 from kvhit.contract import BASE, Capabilities, QueryTarget, Rule
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.checker import CaseChecker
@@ -25,9 +26,9 @@ from kvhit.harness.tally import Tally
 from kvhit.model.algorithms import WRONG_TIER_COMBINATIONS
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Kind, Query, WindowConvention, local_query, longest_hit
-from kvhit.reference import fixed_point_answer, wrong_tier_answers
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner
 from kvhit.targets.stateful import Program
+from kvhit.targets.target_record import TargetRecord
 
 NARROW = Capabilities(
     kinds=[Kind.FULL, Kind.SLIDING_WINDOW],
@@ -105,9 +106,9 @@ def test_the_tiered_scopes_separate_every_wrong_tier_combination_at_the_smallest
         for scope in scopes:
             for q, answer in exhaustive.cases(scope):
                 assert answer.length == longest_hit(q).length
-                wrong = wrong_tier_answers(q)
+                wrong = Analysis(q).wrong_tier_answers
                 out |= {name for name, length in wrong.items() if length != answer.length}
-                if fixed_point_answer(local_query(q)).length != answer.length:
+                if Analysis(local_query(q)).fixed_point.length != answer.length:
                     out.add("the pool alone")
         return out
 
@@ -141,7 +142,7 @@ def test_the_corpus_holds_tiered_states_only_for_a_target_that_takes_tiers() -> 
     assert not any(q.tiers for q in corpus.corpus_queries())
     tiered = [q for q in corpus.corpus_queries(TIERS) if q.tiers]
     assert tiered and all(longest_hit(q) == longest_hit(parse_query(q.to_json())) for q in tiered)
-    assert any(fixed_point_answer(local_query(q)).length < longest_hit(q).length for q in tiered)
+    assert any(Analysis(local_query(q)).fixed_point.length < longest_hit(q).length for q in tiered)
     narrow = list(corpus.corpus_queries(NARROW))
     assert narrow and all(NARROW.allows(q) for q in narrow)
 
@@ -150,14 +151,16 @@ def test_the_corpus_holds_tiered_states_only_for_a_target_that_takes_tiers() -> 
 
 
 def gate_without_random(target: QueryTarget) -> CaseChecker:
-    checker = CaseChecker(CallableRunner(target, CALL_TIMEOUT), "target", stop_at_first=True)
+    checker = CaseChecker(
+        CallableRunner(target, CALL_TIMEOUT), TargetRecord("target"), stop_at_first=True
+    )
     phases = gate_phases(seconds=0, capabilities=target.capabilities)
     run_phases(checker, phases)
     return checker
 
 
 def test_a_target_answering_the_pool_alone_fails_the_gate_with_no_random_phase() -> None:
-    pool_only = QueryTarget(lambda q: fixed_point_answer(local_query(q)).length, TIERS)
+    pool_only = QueryTarget(lambda q: Analysis(local_query(q)).fixed_point.length, TIERS)
     checker = gate_without_random(pool_only)
     (found,) = checker.tally.found
     assert found.query.tiers and checker.tally.found_at[0][0] == 0  # the exhaustive phase
@@ -166,7 +169,7 @@ def test_a_target_answering_the_pool_alone_fails_the_gate_with_no_random_phase()
 
 @pytest.mark.parametrize("name", WRONG_TIER_COMBINATIONS)
 def test_each_wrong_tier_combination_fails_the_gate_with_no_random_phase(name: str) -> None:
-    wrong = QueryTarget(lambda q: wrong_tier_answers(q)[name], TIERS)
+    wrong = QueryTarget(lambda q: Analysis(q).wrong_tier_answers[name], TIERS)
     checker = gate_without_random(wrong)
     assert checker.tally.found and checker.tally.by_phase["random"] == 0
 
@@ -210,7 +213,8 @@ class Declaring(Recorder):
 def test_programs_are_drawn_of_the_engines_capabilities() -> None:
     recorder = Declaring(open_stateful("impl"))
     plan = ProgramPlan(steps=4)
-    campaign = ProgramCampaign(recorder, plan, Budget.of(None, 40), Tally("impl", operations=0))
+    budget, tally = Budget.of(None, 40), Tally("impl", operations=0)
+    campaign = ProgramCampaign(recorder, TargetRecord("impl"), plan, budget, tally)
     tally = campaign.run()
     assert tally.cases == 40 and not tally.found
     created = [json.loads(m) for m in recorder.messages if json.loads(m)["op"] == "create"]
@@ -221,7 +225,7 @@ def test_programs_are_drawn_of_the_engines_capabilities() -> None:
     assert all(g.exclusive for g in groups if g.kind == Kind.SLIDING_WINDOW)
     assert not any(p.hash_unit or p.tiers for p in configs)
     assert all(p.groups[0].block_size > 1 for p in configs)
-    assert campaign.redrawn["blocks of 1"] > 0
+    assert campaign.tally.withheld["blocks of 1"] > 0
 
 
 # --- shrinking a tiered disagreement ------------------------------------------------------
@@ -232,14 +236,14 @@ def tier_entries(q: Query) -> int:
 
 
 def test_a_tiered_disagreement_shrinks_its_tiers_too() -> None:
-    def ignored(q: Query) -> bool:
-        return fixed_point_answer(local_query(q)).length != longest_hit(q).length
+    def ignored(a: Analysis) -> bool:
+        return Analysis(local_query(a.query)).fixed_point.length != a.longest_hit.length
 
-    drawn = islice((q for q in random_queries(2, None, capabilities=TIERS) if ignored(q)), 60)
-    big = max(drawn, key=tier_entries)
-    assert tier_entries(big) > 20
-    small = shrink(big, ignored)
-    assert ignored(small) and len(small.groups) == 1 and len(small.tiers) == 1
+    drawn = (Analysis(q) for q in random_queries(2, None, capabilities=TIERS))
+    big = max(islice((a for a in drawn if ignored(a)), 60), key=lambda a: tier_entries(a.query))
+    assert tier_entries(big.query) > 20
+    small = shrink(big, ignored).query
+    assert ignored(Analysis(small)) and len(small.groups) == 1 and len(small.tiers) == 1
     assert tier_entries(small) <= 2
 
 

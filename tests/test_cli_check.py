@@ -35,6 +35,25 @@ def test_check_marks_the_reused_blocks():
     assert "min of groups answered 4 (correct)" in result.output
 
 
+MAMBA_STATE_IN_A_TIER = {
+    "groups": [{"kind": "mamba", "block_size": 4}],
+    "cached": [[{"upto": 2}]],
+    "max_length": 4,
+    "hash_unit": 2,
+    "tiers": [{"name": "cpu", "holds": ["mamba"], "cached": {"0": [True]}}],
+}
+"""The pool holds the Mamba state at 2, a tier the state at 4 (block 0's end)."""
+
+
+def test_check_marks_the_mamba_state_reused_not_the_pools_shorter_one():
+    result = check("-", stdin=json.dumps(MAMBA_STATE_IN_A_TIER))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1] == "group 0  mamba b=4   # .   own finder: 4"  # the state at 2: not reused
+    assert lines[2] == "  cpu                . @"  # L* = 4 reuses the tier's state at 4
+    assert lines[3].startswith("L* = 4 ") and "block 0 from cpu" in lines[4]
+
+
 def test_check_json_has_the_promised_fields():
     lines = check("--json", str(EXAMPLES / "seed_reviewer_exact.json")).output.splitlines()
     report = json.loads(lines[0])

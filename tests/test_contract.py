@@ -4,9 +4,11 @@ options are checked against what it declares."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from test_harness_cli import HERE, kvhit
 
 from kvhit.contract import (
     BASE,
@@ -130,3 +132,25 @@ def test_an_engine_config_reads_as_a_query_of_its_configuration() -> None:
     assert (q.max_length, q.num_tokens, [t.name for t in q.tiers]) == (8, 9, ["cpu"])
     assert BASE.refusal(q) is not None and Capabilities(tiers=True).refusal(q) is None
     assert config.to_json()["tiers"] == [{"name": "cpu", "holds": ["full"], "num_blocks": 4}]
+
+
+def test_the_gate_asks_a_declared_function_only_what_it_declares(tmp_path: Path) -> None:
+    code, report, _ = kvhit(
+        "gate", "--target", "declared_targets:windows_of_one_size", "--cases", "2000",
+        "--seconds", "600", "--json", "--out", str(tmp_path), cwd=HERE,
+    )  # fmt: skip
+    assert code == 0 and report is not None
+    assert set(report["counts"]) == {"ok"} and report["cases"] > 2000
+    assert report["withheld"]["one block size only"] > 0
+
+
+def test_a_function_declaring_tiers_is_drawn_them_and_caught_ignoring_them(
+    tmp_path: Path,
+) -> None:
+    code, report, _ = kvhit(
+        "gate", "--target", "declared_targets:pool_only", "--seconds", "0", "--json",
+        "--out", str(tmp_path), cwd=HERE,
+    )  # fmt: skip
+    assert code == 1 and report is not None and report["phases"].get("random", 0) == 0
+    (found,) = report["disagreements"]
+    assert found["query"]["tiers"]

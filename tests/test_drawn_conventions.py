@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from hypothesis import find
 
+from kvhit.analysis import Analysis
 from kvhit.engines.vllm.divergences import eagle_windows, same_spec, window_one
 from kvhit.engines.vllm.release import Release, refusal, spec_key
 from kvhit.harness import corpus, exhaustive
@@ -82,12 +83,13 @@ def test_the_shrinker_keeps_an_exclusive_window_unless_the_failure_survives_incl
         return longest_hit(c).length != inclusive_reading(c)
 
     assert convention_matters(q)
-    kept = shrink(q, convention_matters)
+    kept = shrink(Analysis(q), lambda c: convention_matters(c.query)).query
     assert convention_matters(kept) and any(g.exclusive for g in kept.groups)
     only_exclusive = Query(q.groups[::2], q.cached[::2], q.max_length, q.num_tokens, q.alignment)
     windowed = shrink(
-        only_exclusive, lambda c: any(g.kind == Kind.SLIDING_WINDOW for g in c.groups)
-    )
+        Analysis(only_exclusive),
+        lambda c: any(g.kind == Kind.SLIDING_WINDOW for g in c.query.groups),
+    ).query
     assert [(g.kind, g.exclusive) for g in windowed.groups] == [(Kind.SLIDING_WINDOW, False)]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.cli.main import main
 from kvhit.engines.vllm.divergences import DIVERGENCES, below_partial_boundary, eagle_windows
 from kvhit.harness.report import Disagreement
@@ -38,7 +39,9 @@ def export(*args: str) -> Result:
 def saved(tmp_path: Path, example: dict[str, Any], target: str = "vllm") -> str:
     """A query saved as the gate saves a disagreement of ``target`` (answered 0)."""
     record = TargetRecord.from_label(target)
-    d = Disagreement(record, "lost_reuse", parse_query(example), {"length": 0}, "a reason")
+    d = Disagreement(
+        record, Verdict.LOST_REUSE, Analysis(parse_query(example)), {"length": 0}, "a reason"
+    )
     return str(save(d.saved(), tmp_path / "saved"))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import find
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.draw import draw, explain
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.checker import CaseChecker, Phase
@@ -20,6 +21,7 @@ from kvhit.harness.strategies import queries
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import (
     DRAFTERS,
+    Answer,
     Drafter,
     Group,
     Kind,
@@ -28,7 +30,6 @@ from kvhit.model.spec import (
     fine_row,
     longest_hit,
 )
-from kvhit.reference import fixed_point_answer
 from kvhit.targets.runner import Reply
 from kvhit.targets.spec import TargetSpec
 from kvhit.targets.target_record import TargetRecord
@@ -118,7 +119,7 @@ def ignores_drafters(query: dict[str, Any]) -> dict[str, Any]:
     """A target that reads every group as if it had no drafter (wrong with lookahead)."""
     q = parse_query(query)
     bare = replace(q, groups=tuple(replace(g, drafter=None, lookahead=0) for g in q.groups))
-    return fixed_point_answer(bare).to_json()
+    return Analysis(bare).fixed_point.to_json()
 
 
 def test_shrinking_drops_the_unit_partial_blocks_and_shortens_lookahead() -> None:
@@ -136,23 +137,24 @@ def test_shrinking_drops_the_unit_partial_blocks_and_shortens_lookahead() -> Non
         }
     )
 
-    def unsafe(c: Query) -> bool:
-        reply = Reply("answer", ignores_drafters(c.to_json()))
-        return judge_reply(c, reply, longest_hit(c)).cls == "unsafe"
+    def unsafe(c: Analysis) -> bool:
+        reply = Reply("answer", ignores_drafters(c.query.to_json()))
+        return judge_reply(c, reply).cls == Verdict.UNSAFE
 
-    assert unsafe(q)
-    small = shrink(q, unsafe)
-    assert unsafe(small) and small.hash_unit is None and not partial(small)
+    assert unsafe(Analysis(q))
+    shrunk = shrink(Analysis(q), unsafe)
+    small = shrunk.query
+    assert unsafe(shrunk) and small.hash_unit is None and not partial(small)
     (g,) = small.groups
     assert g.drafter == Drafter.LOOKAHEAD and g.lookahead <= 2 and small.max_length <= 2
 
 
 def test_shrinking_keeps_a_hash_unit_the_failure_needs() -> None:
-    def inside_a_block(c: Query) -> bool:
-        return longest_hit(c).length % c.groups[0].block_size != 0
+    def inside_a_block(c: Analysis) -> bool:
+        return c.longest_hit.length % c.query.groups[0].block_size != 0
 
-    q = next(q for q in random_queries(3, 2000) if q.hash_unit and inside_a_block(q))
-    small = shrink(q, inside_a_block)
+    q = next(q for q in random_queries(3, 2000) if q.hash_unit and inside_a_block(Analysis(q)))
+    small = shrink(Analysis(q), inside_a_block).query
     assert small.hash_unit is not None and len(small.groups) == 1
     assert small.max_length <= 2 * small.groups[0].block_size
 
@@ -180,12 +182,12 @@ def test_drawing_a_fine_query_shows_units_blocks_and_drafters() -> None:
             "hash_unit": 1,
         }
     )
-    lines = draw(q, marked=[[0, 1], [2]]).splitlines()
+    lines = draw(q, Answer(6, ((0, 1), (2,)))).splitlines()
     assert lines[0] == "query: M=6 A=1 h=1"
     assert lines[1].endswith("eagle                        @ @ @ @ | @ @ . . | . . . .")
     assert lines[2].endswith("drafter=none   # # | . . | @ @")
-    assert explain(q, 6) == "group 0 needs unit 6 at L=6, not cached"  # the eagle's drop
-    assert explain(q, 4) == "group 1 needs units 2, 3 at L=4, not cached"
+    assert explain(Analysis(q), 6) == "group 0 needs unit 6 at L=6, not cached"  # the eagle's drop
+    assert explain(Analysis(q), 4) == "group 1 needs units 2, 3 at L=4, not cached"
 
 
 def test_a_scope_too_wide_for_one_word_asks_the_spec() -> None:

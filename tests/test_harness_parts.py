@@ -14,6 +14,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from kvhit.analysis import Analysis
 from kvhit.cli.campaign import verify_section
 from kvhit.contract import QueryTarget
 from kvhit.harness import corpus, exhaustive
@@ -48,7 +49,7 @@ SEED_MINIMAL = parse_query(
 
 
 def judge(q: Query, value: Any) -> Outcome:
-    return judge_reply(q, Reply("answer", value), longest_hit(q))
+    return judge_reply(Analysis(q), Reply("answer", value))
 
 
 @pytest.mark.parametrize(
@@ -84,8 +85,10 @@ def test_a_missing_needed_block_is_wrong_blocks() -> None:
 
 def test_crash_timeout_unsupported_pass_through() -> None:
     for status in ("crash", "timeout", "unsupported"):
-        outcome = judge_reply(SEED_MINIMAL, Reply(status, detail="why"), longest_hit(SEED_MINIMAL))
+        analysis = Analysis(SEED_MINIMAL)
+        outcome = judge_reply(analysis, Reply(status, detail="why"))
         assert outcome.cls == status and outcome.disagrees == (status != "unsupported")
+        assert "longest_hit" not in vars(analysis), "L* worked out for a reply without an answer"
 
 
 def unsafe_for_seed_min(q: Query) -> bool:
@@ -106,7 +109,7 @@ def test_shrink_keeps_the_class_and_gets_small() -> None:
         for q in random_queries(11, 5000, max_blocks=12)
         if len(q.groups) >= 3 and unsafe_for_seed_min(q)
     )
-    small = shrink(big, unsafe_for_seed_min)
+    small = shrink(Analysis(big), lambda c: unsafe_for_seed_min(c.query)).query
     assert unsafe_for_seed_min(small)
     assert len(small.groups) == 2 and small.max_length <= 4 and small.hash_unit is None
     assert sum(map(len, small.cached)) < sum(map(len, big.cached))

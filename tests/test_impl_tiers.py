@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from test_impl_fine import spec_answer
 from test_impl_workloads import Workload, check_every_candidate, random_workload, servable
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.contract import Direction, EngineConfig, Store
-from kvhit.harness.compare import ReplyClass, judge_reply
+from kvhit.harness.compare import judge_reply
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import random_queries
 from kvhit.impl.coordinator import Coordinator
@@ -265,7 +266,7 @@ def run_stateful(workload: TieredWorkload, seed: int, engine: StatefulImpl) -> C
         ledger.move(admitted.moves)
         seen["stale"] += ledger.problem(groups, prompt, checked).startswith("stale block")
         listed = Reply("answer", checked.listed())
-        seen["wrong hit"] += judge_reply(q, listed, longest_hit(q)).cls != ReplyClass.OK
+        seen["wrong hit"] += judge_reply(Analysis(q), listed).cls != Verdict.OK
         seen["outputs differ"] += not admitted.outputs_match
         ledger.record(groups, prompt, checked, request, request)
         ledger.hold(groups, prompt, checked, request)

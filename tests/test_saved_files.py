@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from kvhit.analysis import Verdict
 from kvhit.cli.main import main
-from kvhit.harness.compare import ReplyClass
 from kvhit.harness.saved import CaseFile, ProgramFile, SavedFormat, decode, save
 from kvhit.model.protocol import QueryError, parse_query
 from kvhit.targets.stateful import Admit, Program
@@ -54,7 +54,7 @@ def test_a_case_file_of_format_1_loads_with_its_label_as_a_record() -> None:
     saved = decode(json.dumps(OLD_CASE))
     assert isinstance(saved, CaseFile)
     assert saved.target == TargetRecord("vllm", (("eagle", "drop"),))
-    assert (saved.cls, saved.reason) == (ReplyClass.UNSAFE, OLD_CASE["reason"])
+    assert (saved.cls, saved.reason) == (Verdict.UNSAFE, OLD_CASE["reason"])
     assert saved.query == parse_query(QUERY)
     assert saved.target_answer == OLD_CASE["target_answer"]
 
@@ -63,7 +63,7 @@ def test_a_program_file_of_format_1_loads_with_its_label_as_a_record() -> None:
     saved = decode(json.dumps(OLD_PROGRAM))
     assert isinstance(saved, ProgramFile)
     assert saved.target == TargetRecord(command="./engine --fast")
-    assert saved.cls == ReplyClass.LOST_REUSE and saved.program.ops == (Admit(0, (1, 2, 3)),)
+    assert saved.cls == Verdict.LOST_REUSE and saved.program.ops == (Admit(0, (1, 2, 3)),)
     assert saved.snapshot == parse_query(OLD_PROGRAM["snapshot"])
 
 
@@ -78,8 +78,8 @@ def test_an_old_file_is_written_again_in_format_2_with_a_structured_target() -> 
 
 def test_what_is_saved_reads_back_the_same(tmp_path: Path) -> None:
     record = TargetRecord("vllm-connector", (("divergent", "on"),))
-    case = CaseFile(parse_query(QUERY), record, ReplyClass.UNSAFE, {"length": 1}, "why")
-    program = ProgramFile(Program.from_json(PROGRAM), record, ReplyClass.CRASH, "it fell over")
+    case = CaseFile(parse_query(QUERY), record, Verdict.UNSAFE, {"length": 1}, "why")
+    program = ProgramFile(Program.from_json(PROGRAM), record, Verdict.CRASH, "it fell over")
     for saved in (case, program):
         path = save(saved, tmp_path)
         assert path.name == saved.file_name() and decode(path.read_text()) == saved
@@ -139,7 +139,7 @@ def test_replay_runs_an_old_file_on_the_target_its_label_names(tmp_path: Path) -
 
 def test_replay_runs_a_new_file_on_the_recorded_target_with_its_options(tmp_path: Path) -> None:
     record = TargetRecord("model")
-    path = save(CaseFile(parse_query(QUERY), record, ReplyClass.UNSAFE, 1, "why"), tmp_path)
+    path = save(CaseFile(parse_query(QUERY), record, Verdict.UNSAFE, 1, "why"), tmp_path)
     result = CliRunner().invoke(main, ["replay", str(path), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["class"] == "ok"

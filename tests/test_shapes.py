@@ -80,6 +80,7 @@ def settings(target: str, shape: str | None) -> RunSettings:
 def test_each_built_in_gets_its_shape_by_default() -> None:
     assert settings("sglang", None).drawn_shape() == QueryShape.SGLANG
     assert settings("sglang", "any").drawn_shape() == QueryShape.ANY
-    assert settings("impl", None).drawn_shape() == QueryShape.TIERED
+    assert settings("impl", None).drawn_shape() == QueryShape.ANY
+    assert settings("sglang-hicache", None).drawn_shape() == QueryShape.SGLANG_HICACHE
     assert settings("vllm", None).drawn_shape() == QueryShape.ANY
     assert settings("impl", "sglang").drawn_shape() == QueryShape.SGLANG

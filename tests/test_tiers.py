@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
+from kvhit.analysis import Analysis
 from kvhit.cli.main import main
 from kvhit.contract import Capabilities, QueryTarget
 from kvhit.errors import Unsupported
@@ -23,7 +24,6 @@ from kvhit.model.algorithms import (
 from kvhit.model.protocol import QueryError, parse_query
 from kvhit.model.spec import LOCAL, held_query, local_query, longest_hit, valid_all
 from kvhit.model.tiers import hit_plan
-from kvhit.reference import fixed_point_answer, wrong_tier_answers
 from kvhit.targets.registry import get
 from kvhit.targets.runner import CommandRunner, Reply
 from kvhit.targets.stateful import Program
@@ -104,7 +104,7 @@ def test_the_fixed_point_is_the_longest_valid_hit_on_tiered_queries():
     drawn = [q for q in random_queries(5, 1500, capabilities=TIERS) if q.tiers]
     assert len(drawn) > 1000
     for q in drawn:
-        assert fixed_point(q) == brute_force(q) == fixed_point_answer(q).length
+        assert fixed_point(q) == brute_force(q) == Analysis(q).fixed_point.length
 
 
 def test_each_wrong_combination_is_only_ever_too_long_and_sometimes_is():
@@ -290,7 +290,7 @@ def test_the_stateful_impl_passes_a_campaign_of_engines_with_stores(tmp_path):
 def test_the_reference_answers_each_wrong_combination_as_the_model_does():
     for q in random_queries(9, 1500, capabilities=TIERS):
         model = {name: wrong(q) for name, wrong in WRONG_TIER_COMBINATIONS.items()}
-        assert wrong_tier_answers(q) == model, q
+        assert Analysis(q).wrong_tier_answers == model, q
 
 
 def test_check_answers_the_wrong_combinations_at_a_huge_max_length():

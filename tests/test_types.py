@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import find
 
+from kvhit.analysis import DISAGREEMENTS, Verdict
 from kvhit.cli.main import main
-from kvhit.harness.compare import CLASSES, NOT_DISAGREEMENTS, ReplyClass
 from kvhit.harness.random_cases import Choice, palette, random_queries
 from kvhit.harness.strategies import group_configs
 from kvhit.model.spec import Group, Kind
@@ -37,7 +37,18 @@ def test_only_the_picked_kinds_are_drawn() -> None:
     assert drawn == {Kind.MAMBA}
 
 
-def test_reply_classes_are_one_type_and_print_as_their_names() -> None:
-    assert set(CLASSES) | set(NOT_DISAGREEMENTS) == set(ReplyClass)
-    assert json.dumps({ReplyClass.LOST_REUSE: 1}) == '{"lost_reuse": 1}'
-    assert f"{ReplyClass.BAD_RETURN}" == "bad_return"
+def test_verdicts_are_one_type_and_print_as_their_names() -> None:
+    assert [v for v in Verdict if v not in DISAGREEMENTS] == [
+        Verdict.OK,
+        Verdict.UNSUPPORTED,
+        Verdict.REJECTED,
+    ]
+    assert json.dumps({Verdict.LOST_REUSE: 1}) == '{"lost_reuse": 1}'
+    assert f"{Verdict.BAD_RETURN}" == "bad_return"
+
+
+def test_verdicts_are_ordered_worst_first() -> None:
+    severities = [v.severity for v in DISAGREEMENTS]
+    assert severities == sorted(severities, reverse=True) and min(severities) > 0
+    assert DISAGREEMENTS[0] == Verdict.UNSAFE and DISAGREEMENTS[-1] == Verdict.BAD_RETURN
+    assert {v.severity for v in Verdict if not v.disagrees} == {0}

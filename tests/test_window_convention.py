@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 from test_impl_workloads import Workload, serve_and_check
 
+from kvhit.analysis import Analysis
 from kvhit.impl.target import impl_target
 from kvhit.model.finders import find
 from kvhit.model.protocol import QueryError, parse_query
 from kvhit.model.spec import Drafter, Group, Query, longest_hit, window_span
-from kvhit.reference import fixed_point_answer
 
 EXCLUSIVE = "exclusive"
 
@@ -95,7 +95,7 @@ def test_fixed_point_and_impl_agree_with_the_spec_under_both_conventions() -> No
     for _ in range(400):
         q = random_query(rng)
         best = longest_hit(q)
-        assert fixed_point_answer(q) == best
+        assert Analysis(q).fixed_point == best
         assert impl_target(q.to_json()) == best.to_json()
         exclusive_hits += q.groups[0].exclusive and best.length > 0
     assert exclusive_hits > 20

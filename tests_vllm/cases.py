@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.engines.vllm.target import Lookup, build_coordinator, lookup
 from kvhit.errors import Unsupported
 from kvhit.harness.random_cases import CHOICES, Choice, random_queries
 from kvhit.model.protocol import parse_query
-from kvhit.model.spec import DRAFTERS, Drafter, Kind, Query, longest_hit
+from kvhit.model.spec import DRAFTERS, Drafter, Kind, Query
 
 
 def eagle_group(rng: random.Random, block_size: int) -> dict:
@@ -73,15 +74,15 @@ def whole_block(q: Query) -> bool:
     return q.hash_unit is None and all(g.drafter in (None, Drafter.DROP) for g in q.groups)
 
 
-def disagreement(q: Query, found: Lookup) -> str | None:
-    """How vLLM's lookup differs from the spec (``unsafe``, ``lost reuse``, ``wrong blocks``)."""
-    best = longest_hit(q)
-    if found.length > best.length:
-        return "unsafe"
-    if found.length < best.length:
-        return "lost reuse"
-    if found.blocks != [list(b) for b in best.blocks]:
-        return "wrong blocks"
+def disagreement(q: Query, found: Lookup) -> Verdict | None:
+    """How vLLM's lookup differs from the spec (``unsafe``, ``lost_reuse``,
+    ``wrong_blocks``); None when it agrees."""
+    a = Analysis(q)
+    verdict = a.verdict(found.length)
+    if verdict != Verdict.OK:
+        return verdict
+    if found.blocks != [list(b) for b in a.longest_hit.blocks]:
+        return Verdict.WRONG_BLOCKS
     return None
 
 

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.contract import Capabilities
 from kvhit.engines.vllm.connector import DIVERGENT_ENV, DivergentHits
 from kvhit.engines.vllm.divergences import release_key
 from kvhit.engines.vllm.target import RELEASE, vllm_answer
 from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
 from kvhit.errors import Unsupported
-from kvhit.harness.compare import ReplyClass, judge_reply
+from kvhit.harness.compare import judge_reply
 from kvhit.harness.random_cases import random_queries
 from kvhit.harness.stateful import run_program
 from kvhit.model.protocol import parse_query
@@ -44,7 +45,7 @@ def hybrid(cached: list[str], *tiers: tuple[str, list[str], dict[str, str]]) -> 
     return parse_query({"groups": HYBRID, "cached": cached, "max_length": 7, "tiers": spec})
 
 
-def judged(q: Query) -> ReplyClass:
+def judged(q: Query) -> Verdict:
     """The class of the target's reply to ``q``."""
     try:
         reply = Reply("answer", connector_answer(q))
@@ -52,18 +53,18 @@ def judged(q: Query) -> ReplyClass:
         reply = Reply("unsupported", detail=str(err))
     except AssertionError as err:  # vLLM's own asserts: a crash
         reply = Reply("crash", detail=str(err))
-    return judge_reply(q, reply, longest_hit(q)).cls
+    return judge_reply(Analysis(q), reply).cls
 
 
-OK, UNSAFE, LOST = ReplyClass.OK, ReplyClass.UNSAFE, ReplyClass.LOST_REUSE
-UNSUPPORTED = ReplyClass.UNSUPPORTED
+OK, UNSAFE, LOST = Verdict.OK, Verdict.UNSAFE, Verdict.LOST_REUSE
+UNSUPPORTED = Verdict.UNSUPPORTED
 ALL_PATHS = (
     ConnectorPath.MAX_OF_GROUPS,
     ConnectorPath.FULL_ATTENTION_HIT,
     ConnectorPath.FLAGGED,
 )
 
-WITNESSES: dict[str, tuple[Query, dict[tuple[ConnectorPath, DivergentHits], ReplyClass]]] = {
+WITNESSES: dict[str, tuple[Query, dict[tuple[ConnectorPath, DivergentHits], Verdict]]] = {
     # the Mamba state at 6 survived, full attention's blocks 1-2 did not; no tier
     "mamba deeper than full attention": (
         hybrid(["100", "011"]),
@@ -130,17 +131,17 @@ CRASHES = {
 }
 
 
-def crash_expected(name: str) -> ReplyClass:
+def crash_expected(name: str) -> Verdict:
     """The documented class of a CRASHES state on the installed release: unsupported
     before partial hash hits (0.26.0) and, for the window, where vLLM turns them off
     beside a window (0.28.0+)."""
     if PATH == ConnectorPath.NONE or not RELEASE.partial_hash_hits:
         return UNSUPPORTED
     if name == "max inside a block":
-        return ReplyClass.CRASH if PATH == ConnectorPath.MAX_OF_GROUPS else OK
+        return Verdict.CRASH if PATH == ConnectorPath.MAX_OF_GROUPS else OK
     if PATH == ConnectorPath.FLAGGED:
         return UNSUPPORTED
-    return ReplyClass.CRASH
+    return Verdict.CRASH
 
 
 @pytest.mark.parametrize("name", list(CRASHES))
@@ -181,11 +182,11 @@ def test_without_tiers_the_scheduler_answers_what_the_lookup_answers() -> None:
 def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
     documented = {
         ConnectorPath.NONE: {UNSUPPORTED},
-        ConnectorPath.MAX_OF_GROUPS: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS, ReplyClass.CRASH},
-        ConnectorPath.FULL_ATTENTION_HIT: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
-        ConnectorPath.FLAGGED: {OK, UNSAFE, LOST, ReplyClass.WRONG_BLOCKS},
+        ConnectorPath.MAX_OF_GROUPS: {OK, UNSAFE, LOST, Verdict.WRONG_BLOCKS, Verdict.CRASH},
+        ConnectorPath.FULL_ATTENTION_HIT: {OK, UNSAFE, LOST, Verdict.WRONG_BLOCKS},
+        ConnectorPath.FLAGGED: {OK, UNSAFE, LOST, Verdict.WRONG_BLOCKS},
     }[PATH]
-    seen: set[ReplyClass] = set()
+    seen: set[Verdict] = set()
     for q in random_queries(7, 400, kinds=["full", "mamba"], capabilities=Capabilities(tiers=True)):
         seen.add(judged(q))
     assert seen - {UNSUPPORTED} <= documented

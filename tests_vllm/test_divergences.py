@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from cases import disagreement, try_lookup
 
+from kvhit.analysis import Verdict
 from kvhit.engines.vllm.divergences import DIVERGENCES, documented, in_release
 from kvhit.engines.vllm.target import RELEASE, lookup
 
@@ -46,7 +47,7 @@ def test_vllm_still_answers_as_documented(divergence):
 def test_the_example_has_the_documented_verdict(divergence):
     found = reply(divergence)
     verdict = (
-        "crash"
+        Verdict.CRASH
         if isinstance(found, str)
         else disagreement(divergence.query, lookup(divergence.query))
     )

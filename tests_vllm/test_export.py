@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kvhit.analysis import Analysis
 from kvhit.engines.vllm.divergences import DIVERGENCES, Divergence, documented, release_key
 from kvhit.harness.report import Disagreement
 from kvhit.harness.saved import save
@@ -72,11 +73,9 @@ def example_files(out: Path) -> dict[str, tuple[Divergence, ...]]:
     saves one), with the divergences it is the example of."""
     found: dict[str, tuple[Divergence, ...]] = {}
     for d in DIVERGENCES:
-        cls = d.verdict.replace(" ", "_")
         answer = {"length": d.vllm_length, "blocks": d.vllm_blocks}
-        path = str(
-            save(Disagreement(TargetRecord("vllm"), cls, d.query, answer, d.name).saved(), out)
-        )
+        d_found = Disagreement(TargetRecord("vllm"), d.verdict, Analysis(d.query), answer, d.name)
+        path = str(save(d_found.saved(), out))
         found[path] = (*found.get(path, ()), d)
     return found
 

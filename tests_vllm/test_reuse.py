@@ -15,6 +15,7 @@ import pytest
 from vllm.v1.core.block_pool import BlockHashToBlockMap, BlockPool
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 
+from kvhit.analysis import Analysis, Verdict
 from kvhit.engines.vllm.release import EaglePath
 from kvhit.engines.vllm.target import (
     Coordinators,
@@ -26,9 +27,7 @@ from kvhit.engines.vllm.target import (
     reset_pool,
 )
 from kvhit.errors import Unsupported
-from kvhit.harness import checker as checker_module
 from kvhit.harness.checker import CaseChecker
-from kvhit.harness.compare import ReplyClass
 from kvhit.harness.gate import corpus_cases, exhaustive_cases, random_cases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.model.protocol import parse_query
@@ -146,13 +145,13 @@ def test_a_kept_coordinator_answers_every_case_as_a_fresh_one() -> None:
 def test_a_reply_without_an_answer_is_judged_without_the_reference(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def no_reference(q: Query) -> None:
+    def no_reference(a: Analysis) -> None:
         raise AssertionError("L* worked out for a reply that holds no answer")
 
-    monkeypatch.setattr(checker_module, "longest_hit", no_reference)
+    monkeypatch.setattr(Analysis, "longest_hit", property(no_reference))
     checker = CaseChecker(TargetSpec("vllm").open(), TargetRecord("vllm"))
     refused = parse_query(  # vLLM aligns a single group's hits to its block: refused
         {"groups": [{"kind": "full", "block_size": 2}], "cached": ["11"], "max_length": 4}
         | {"alignment": 4}
     )
-    assert checker.check(refused).cls == ReplyClass.UNSUPPORTED
+    assert checker.check(refused).cls == Verdict.UNSUPPORTED

@@ -249,8 +249,8 @@ def held_rows(q: Query) -> str | None:
 HICACHE_CAPABILITIES: Capabilities = replace(target.TREE_CONFIG, tiers=True).with_rules(
     Rule("one_host_tier", one_host_tier),
     Rule("host_kinds", host_kinds),
-    Rule("held_rows", held_rows),
-    Rule("device_rows", device_rows),
+    Rule("held_rows", held_rows, reads_rows=True),
+    Rule("device_rows", device_rows, reads_rows=True),
 )
 """What the ``sglang-hicache`` target can be asked: the ``sglang`` target's tree over
 the held rows, with one host tier holding its tail and perhaps copies of the rest."""

@@ -203,7 +203,7 @@ def tree_rows(q: Query) -> str | None:
     return None
 
 
-TREE_ROWS = Rule("tree_rows", tree_rows)
+TREE_ROWS = Rule("tree_rows", tree_rows, reads_rows=True)
 """The rows one SGLang tree holds (:func:`tree_rows`)."""
 
 

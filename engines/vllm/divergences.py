@@ -22,6 +22,7 @@ from functools import reduce
 from math import gcd
 from typing import Any
 
+from kvhit.analysis import Verdict
 from kvhit.contract import QueryTarget
 from kvhit.engines.vllm.release import spec_key
 from kvhit.errors import Unsupported
@@ -46,7 +47,7 @@ class Divergence:
     """A documented difference between vLLM and the spec, in releases first … last."""
 
     name: str
-    verdict: str  # "unsafe", "lost reuse", "wrong blocks" or "crash" on the example
+    verdict: Verdict  # unsafe, lost_reuse, wrong_blocks or crash on the example
     scope: Callable[[Query], bool]
     example: dict[str, Any]
     vllm_length: int = 0
@@ -252,7 +253,7 @@ DIVERGENCES = (
     Divergence(
         "only the prompt's last hash boundary is registered: a whole block's inner "
         "boundaries are not found",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         interior_of_whole_block,
         {
             "groups": [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}],
@@ -267,7 +268,7 @@ DIVERGENCES = (
     Divergence(
         "vLLM only finds exact fine hash entries: a partial block is not found below "
         "its fine boundary",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         below_partial_boundary,
         {
             "groups": [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}],
@@ -282,7 +283,7 @@ DIVERGENCES = (
     Divergence(
         "with partial hash hits off, the eagle drop takes a whole block where the query "
         "hashes finer",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         block_drop_finer_hash,
         {
             "groups": [{"kind": "full", "block_size": 2, "eagle": True}, sw(4, 4)],
@@ -298,7 +299,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "eagle drop not re-checked after another eagle group lowers the hit",
-        "unsafe",
+        Verdict.UNSAFE,
         eagle_windows,
         {
             "groups": [sw(2, eagle=True), sw(3, eagle=True)],
@@ -311,7 +312,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "eagle drop not re-checked, at model sizes (windows 128 and 1024, block size 16)",
-        "unsafe",
+        Verdict.UNSAFE,
         eagle_windows,
         {
             "groups": [sw(128, 16, eagle=True), sw(1024, 16, eagle=True)],
@@ -324,7 +325,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "eagle lookup not widened by the margin, and the drop repeated on every pass",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         eagle_in_hybrid,
         EAGLE_WITH_MAMBA,
         vllm_length=0,
@@ -333,7 +334,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "hybrid eagle lookup widened by the margin only up to max_length",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         margin_past_max_length,
         EAGLE_WITH_MAMBA,
         vllm_length=2,
@@ -343,7 +344,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "chunk start taken from the lookup bound, rounded down to a block",
-        "unsafe",
+        Verdict.UNSAFE,
         chunk_off_blocks,
         {
             "groups": [{"kind": "chunked_local", "block_size": 2, "chunk": 3}],
@@ -355,7 +356,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "eagle window prefix run aligned before the drop",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         eagle_window_off_alignment,
         {
             "groups": [sw(4, eagle=True), {"kind": "full", "block_size": 2}],
@@ -368,7 +369,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "unitary coordinator: eagle lookup capped at max_length",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         lone_eagle,
         {
             "groups": [{"kind": "full", "block_size": 2, "eagle": True}],
@@ -380,7 +381,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "eagle and non-eagle groups with equal specs are looked up jointly",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         eagle_shares_spec,
         {
             "groups": [
@@ -397,7 +398,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "only the first full attention group's blocks are cut to the hit",
-        "wrong blocks",
+        Verdict.WRONG_BLOCKS,
         full_groups_apart,
         {
             "groups": [
@@ -415,7 +416,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "SlidingWindowManager asserts on the partial hash hits a Mamba group turns on",
-        "crash",
+        Verdict.CRASH,
         window_beside_partial_hits,
         {
             "groups": [sw(2, 2), {"kind": "mamba", "block_size": 2}],
@@ -431,7 +432,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "with lookahead hashes, a lookup bounded by M reads past the request's hashes",
-        "crash",
+        Verdict.CRASH,
         lookup_past_lookahead_hashes,
         {
             "groups": [{"kind": "mamba", "block_size": 4, "drafter": "lookahead", "lookahead": 4}],
@@ -443,7 +444,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "with lookahead hashes, a chunk start at M is a hit past the request's hashes",
-        "unsafe",
+        Verdict.UNSAFE,
         lookup_past_lookahead_hashes,
         {
             "groups": [
@@ -464,7 +465,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "window 1 still needs the block before the hit",
-        "lost reuse",
+        Verdict.LOST_REUSE,
         window_one,
         {"groups": [sw(1)], "cached": [""], "max_length": 1},
         vllm_length=0,
@@ -472,7 +473,7 @@ DIVERGENCES = (
     ),
     Divergence(
         "window 1 reuses the block before the hit",
-        "wrong blocks",
+        Verdict.WRONG_BLOCKS,
         window_one,
         {"groups": [sw(1)], "cached": ["1"], "max_length": 1},
         vllm_length=1,
@@ -494,7 +495,7 @@ class ConnectorClass:
     shows it depends on the connector and its ``supports_divergent_local_hybrid_hits``."""
 
     name: str
-    verdicts: tuple[str, ...]
+    verdicts: tuple[Verdict, ...]
     first: str
     last: str = NEWEST
 
@@ -509,14 +510,21 @@ class ConnectorClass:
 
 CONNECTOR_CLASSES = (
     ConnectorClass(
-        "C1 max of the per-group hits", ("unsafe", "wrong blocks", "crash"), "0.24.0", "0.26.0"
+        "C1 max of the per-group hits",
+        (Verdict.UNSAFE, Verdict.WRONG_BLOCKS, Verdict.CRASH),
+        "0.24.0",
+        "0.26.0",
     ),
     ConnectorClass(
-        "C2 the external count taken for every group", ("unsafe", "wrong blocks"), "0.24.0"
+        "C2 the external count taken for every group",
+        (Verdict.UNSAFE, Verdict.WRONG_BLOCKS),
+        "0.24.0",
     ),
-    ConnectorClass("C3 the hit_diverged fallback", ("lost reuse",), "0.27.0"),
-    ConnectorClass("C4 pool blocks past the boundary never combined", ("lost reuse",), "0.24.0"),
-    ConnectorClass("C5 fine alignment to the window manager", ("crash",), "0.26.0", "0.27.0"),
+    ConnectorClass("C3 the hit_diverged fallback", (Verdict.LOST_REUSE,), "0.27.0"),
+    ConnectorClass(
+        "C4 pool blocks past the boundary never combined", (Verdict.LOST_REUSE,), "0.24.0"
+    ),
+    ConnectorClass("C5 fine alignment to the window manager", (Verdict.CRASH,), "0.26.0", "0.27.0"),
 )
 """The connector path's classes, each found in that release's scheduler and manager code."""
 

@@ -219,7 +219,9 @@ def documented_classes(q: Query) -> str:
     if not found:
         return "No divergence kvhit documents holds this state."
     lines = ["kvhit documents this state's class (kvhit.engines.vllm.divergences):"]
-    lines += [wrapped(f"- {d.name} ({d.verdict}; vLLM {d.first} … {d.last})", "  ") for d in found]
+    lines += [
+        wrapped(f"- {d.name} ({d.verdict.label}; vLLM {d.first} … {d.last})", "  ") for d in found
+    ]
     return "\n".join(lines)
 
 
