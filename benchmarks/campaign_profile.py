@@ -82,7 +82,7 @@ PARTS = (  # the first marker in a file's path names its part (kvhit's engines/v
     (folder(kvhit.impl), "the target (impl): the rest"),
     (folder(kvhit.model) + "protocol.py", "protocol: the query read from JSON"),
     (folder(kvhit.model), "reference"),
-    (folder(kvhit) + "reference.py", "reference"),
+    (folder(kvhit) + "analysis.py", "reference"),
     (folder(kvhit.harness), "harness"),
     (folder(kvhit.targets), "harness"),
     (folder(kvhit), "harness"),
