@@ -32,6 +32,7 @@ from rich.table import Table
 
 from kvhit.analysis import Analysis
 from kvhit.engines.vllm import target
+from kvhit.engines.vllm.options import EaglePath
 from kvhit.errors import Unsupported
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import judge_reply
@@ -74,7 +75,7 @@ def run(campaign: Campaign, before: bool) -> tuple[float, int, dict[str, int]]:
 def lookup_seconds(campaign: Campaign) -> tuple[float, int]:
     """Seconds spent in vLLM's lookup alone over the campaign's cases (each state
     built outside the clock), and the number of cases."""
-    path = target.eagle_path()
+    path = EaglePath.DEFAULT
     spent, cases = 0.0, 0
     for phase in campaign():
         for q, _ in islice(phase.cases, phase.limit):

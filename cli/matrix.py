@@ -43,7 +43,6 @@ import click
 from kvhit.analysis import DISAGREEMENTS, Verdict
 from kvhit.cli.options import option_option, parse_options, timeout_option
 from kvhit.engines.vllm.divergences import CONNECTOR_CLASSES, in_release
-from kvhit.engines.vllm.release import VLLM_TARGETS
 from kvhit.errors import BadInput, TargetError
 from kvhit.targets.spec import TargetSpec
 
@@ -57,6 +56,8 @@ UNDOCUMENTED = "vllm-undocumented"
 """The target that answers every documented state ``unsupported``."""
 CONNECTOR_TARGET = "vllm-connector"
 """The target that drives vLLM's KV connector path (its classes: ``CONNECTOR_CLASSES``)."""
+TARGETS = ("vllm", UNDOCUMENTED, CONNECTOR_TARGET)
+"""The built-ins that drive vLLM, which the matrix gates."""
 
 
 class FailOn(StrEnum):
@@ -387,7 +388,7 @@ def spans_text(rows: list[Row]) -> str:
 )
 @click.option(
     "--target",
-    type=click.Choice(VLLM_TARGETS),
+    type=click.Choice(TARGETS),
     default="vllm",
     show_default=True,
     help="vllm-undocumented answers the states of the documented divergences of each "

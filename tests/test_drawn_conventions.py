@@ -10,7 +10,7 @@ from hypothesis import find
 
 from kvhit.analysis import Analysis
 from kvhit.engines.vllm.divergences import eagle_windows, same_spec, window_one
-from kvhit.engines.vllm.release import Release, refusal, spec_key
+from kvhit.engines.vllm.release import Asker, Release, capabilities, spec_key
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.random_cases import EVERY, QueryShape, palette, random_queries
 from kvhit.harness.shrink import shrink
@@ -114,11 +114,11 @@ def test_vllm_sees_an_exclusive_window_as_the_inclusive_one_a_token_longer() -> 
             "max_length": 1,
         }
     )
-    assert "at least two different specs" in (refusal(one_spec, old) or "")
+    assert "at least two different specs" in (capabilities(Asker(old)).refusal(one_spec) or "")
     two_specs = parse_query(
         {**one_spec.to_json(), "groups": [sw(2, EXCLUSIVE).to_json(), sw(2).to_json()]}
     )
-    assert refusal(two_specs, old) is None
+    assert capabilities(Asker(old)).refusal(two_specs) is None
 
 
 def test_the_vllm_divergence_scopes_read_the_convention() -> None:

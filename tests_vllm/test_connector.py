@@ -14,11 +14,11 @@ import pytest
 
 from kvhit.analysis import Analysis, Verdict
 from kvhit.contract import Capabilities
-from kvhit.engines.vllm.connector import DIVERGENT_ENV, DivergentHits
 from kvhit.engines.vllm.divergences import release_key
+from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.target import RELEASE, vllm_answer
 from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
-from kvhit.errors import Unsupported
+from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.harness.compare import judge_reply
 from kvhit.harness.random_cases import random_queries
 from kvhit.harness.stateful import run_program
@@ -45,10 +45,10 @@ def hybrid(cached: list[str], *tiers: tuple[str, list[str], dict[str, str]]) -> 
     return parse_query({"groups": HYBRID, "cached": cached, "max_length": 7, "tiers": spec})
 
 
-def judged(q: Query) -> Verdict:
-    """The class of the target's reply to ``q``."""
+def judged(q: Query, divergent: DivergentHits = DivergentHits.AUTO) -> Verdict:
+    """The class of the target's reply to ``q``, its connector saying ``divergent``."""
     try:
-        reply = Reply("answer", connector_answer(q))
+        reply = Reply("answer", connector_answer(q, divergent))
     except Unsupported as err:
         reply = Reply("unsupported", detail=str(err))
     except AssertionError as err:  # vLLM's own asserts: a crash
@@ -105,12 +105,13 @@ WITNESSES: dict[str, tuple[Query, dict[tuple[ConnectorPath, DivergentHits], Verd
 
 @pytest.mark.parametrize("flag", list(DivergentHits))
 @pytest.mark.parametrize("name", list(WITNESSES))
-def test_each_path_classified_as_documented(
-    name: str, flag: DivergentHits, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(DIVERGENT_ENV, flag)
+def test_each_path_classified_as_documented(name: str, flag: DivergentHits) -> None:
     q, expected = WITNESSES[name]
-    assert judged(q) == (UNSUPPORTED if PATH == ConnectorPath.NONE else expected[(PATH, flag)])
+    if PATH == ConnectorPath.NONE:
+        with pytest.raises(UndrivableTarget, match="has no connector path"):
+            judged(q, flag)
+        return
+    assert judged(q, flag) == expected[(PATH, flag)]
 
 
 FINE = {"max_length": 3, "alignment": 1, "hash_unit": 1}
@@ -135,7 +136,7 @@ def crash_expected(name: str) -> Verdict:
     """The documented class of a CRASHES state on the installed release: unsupported
     before partial hash hits (0.26.0) and, for the window, where vLLM turns them off
     beside a window (0.28.0+)."""
-    if PATH == ConnectorPath.NONE or not RELEASE.partial_hash_hits:
+    if not RELEASE.partial_hash_hits:
         return UNSUPPORTED
     if name == "max inside a block":
         return Verdict.CRASH if PATH == ConnectorPath.MAX_OF_GROUPS else OK
@@ -146,13 +147,17 @@ def crash_expected(name: str) -> Verdict:
 
 @pytest.mark.parametrize("name", list(CRASHES))
 def test_the_crashes_are_where_the_docs_say(name: str) -> None:
+    if PATH == ConnectorPath.NONE:
+        with pytest.raises(UndrivableTarget, match="has no connector path"):
+            judged(CRASHES[name])
+        return
     assert judged(CRASHES[name]) == crash_expected(name)
 
 
 def test_the_tier_completing_every_group_is_loaded_from_it() -> None:
     q, _ = WITNESSES["tier completing every group"]
     if PATH == ConnectorPath.NONE:
-        with pytest.raises(Unsupported, match="has no connector path"):
+        with pytest.raises(UndrivableTarget, match="has no connector path"):
             connector_answer(q)
         return
     answer = connector_answer(q)
@@ -165,6 +170,8 @@ def test_without_tiers_the_scheduler_answers_what_the_lookup_answers() -> None:
     """No tier: the connector finds nothing, so from 0.27 on vLLM's scheduler settles
     on the coordinator's own hit (the ``vllm`` target's answer); before, on the max
     of the per-group hits, never below it."""
+    if PATH == ConnectorPath.NONE:
+        return  # no connector path: test_a_release_before_the_connector_path_cannot_be_driven
     compared = 0
     for q in random_queries(5, 300, kinds=["full", "sliding_window", "mamba"]):
         try:
@@ -176,12 +183,13 @@ def test_without_tiers_the_scheduler_answers_what_the_lookup_answers() -> None:
             assert scheduled["length"] >= looked_up["length"], q
         else:
             assert scheduled == looked_up, q
-    assert compared == 0 if PATH == ConnectorPath.NONE else compared > 100
+    assert compared > 100
 
 
 def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
+    if PATH == ConnectorPath.NONE:
+        return  # no connector path: test_a_release_before_the_connector_path_cannot_be_driven
     documented = {
-        ConnectorPath.NONE: {UNSUPPORTED},
         ConnectorPath.MAX_OF_GROUPS: {OK, UNSAFE, LOST, Verdict.WRONG_BLOCKS, Verdict.CRASH},
         ConnectorPath.FULL_ATTENTION_HIT: {OK, UNSAFE, LOST, Verdict.WRONG_BLOCKS},
         ConnectorPath.FLAGGED: {OK, UNSAFE, LOST, Verdict.WRONG_BLOCKS},
@@ -190,7 +198,7 @@ def test_drawn_tiered_states_meet_only_the_documented_classes() -> None:
     for q in random_queries(7, 400, kinds=["full", "mamba"], capabilities=Capabilities(tiers=True)):
         seen.add(judged(q))
     assert seen - {UNSUPPORTED} <= documented
-    assert (OK in seen) != (PATH == ConnectorPath.NONE)
+    assert OK in seen
 
 
 def run_under(release: str, code: str) -> subprocess.CompletedProcess[str]:
@@ -200,25 +208,22 @@ def run_under(release: str, code: str) -> subprocess.CompletedProcess[str]:
 
 
 ASK = """
-from kvhit.engines.vllm.tiered import connector_answer
-from kvhit.errors import Unsupported
-from kvhit.model.protocol import parse_query
-q = parse_query({"groups": [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}],
-                 "cached": ["11", "01"], "max_length": 3})
+from kvhit.engines.vllm.tiered import vllm_connector_lookup
+from kvhit.errors import UndrivableTarget
 try:
-    print(connector_answer(q))
-except Unsupported as err:
-    print("unsupported:", err)
+    print(vllm_connector_lookup({"divergent": "auto"}))
+except UndrivableTarget as err:
+    print("undrivable:", err)
 """
 
 
-def test_a_release_before_the_connector_path_is_unsupported() -> None:
+def test_a_release_before_the_connector_path_cannot_be_driven() -> None:
     assert BEFORE_PATH, f"no release before 0.24.0 in {RELEASES_DIR} (scripts/install-vllm.sh)"
     release = BEFORE_PATH[-1]
     done = run_under(release, ASK)
     assert done.returncode == 0, done.stderr
     last = done.stdout.splitlines()[-1]
-    assert last.startswith(f"unsupported: vLLM {release} has no connector path"), last
+    assert last.startswith(f"undrivable: vLLM {release} has no connector path"), last
 
 
 def spill_and_restore() -> Program:
@@ -238,10 +243,11 @@ def spill_and_restore() -> Program:
 
 
 def test_a_program_spills_and_restores_through_the_ledger() -> None:
-    steps = run_program(TargetSpec("vllm-connector").open(Mode.STATEFUL), spill_and_restore())
     if PATH == ConnectorPath.NONE:
-        assert [s.outcome.cls for s in steps] == [UNSUPPORTED]
+        with pytest.raises(UndrivableTarget, match="has no connector path"):
+            run_program(TargetSpec("vllm-connector").open(Mode.STATEFUL), spill_and_restore())
         return
+    steps = run_program(TargetSpec("vllm-connector").open(Mode.STATEFUL), spill_and_restore())
     assert [s.outcome.cls for s in steps] == [OK] * 5
     spilling, restoring = steps[2].answer, steps[4].answer
     assert [m[0] for m in spilling["moves"]] == ["spill"] * 3

@@ -11,7 +11,7 @@ import pytest
 from cases import disagreement, fine_queries, refused
 
 from kvhit.engines.vllm.divergences import documented
-from kvhit.engines.vllm.release import EaglePath
+from kvhit.engines.vllm.options import EaglePath
 from kvhit.engines.vllm.target import RELEASE, build_coordinator, lookup
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
@@ -63,7 +63,7 @@ def q_of(obj: dict) -> Query:
 def test_a_sub_block_hit_agrees_with_the_spec(name):
     q = q_of(SUB_BLOCK[name])
     if not RELEASE.partial_hash_hits:
-        with pytest.raises(Unsupported, match="no partial hash hits"):
+        with pytest.raises(Unsupported, match="declares no hash units"):
             lookup(q)
         return
     found = lookup(q)
@@ -81,7 +81,7 @@ def test_a_query_with_a_hash_unit_is_unsupported_without_partial_hash_hits():
 def test_a_lookahead_drafter_is_driven_through_lookahead_hashes():
     q = q_of(LOOKAHEAD)
     if not RELEASE.lookahead_hashes:
-        with pytest.raises(Unsupported, match="no lookahead block hashes"):
+        with pytest.raises(Unsupported, match="declares no lookahead drafters"):
             lookup(q)
         return
     found = lookup(q)
@@ -113,7 +113,7 @@ def test_the_drop_path_never_asks_a_lookahead_query_as_another():
             "num_tokens": 10,
         }
     )
-    with pytest.raises(Unsupported, match="drop path"):
+    with pytest.raises(Unsupported, match="declares no lookahead drafters"):
         lookup(q, EaglePath.DROP)
     as_drop = replace(q, groups=(replace(q.groups[0], drafter=Drafter.DROP), q.groups[1]))
     assert lookup(as_drop, EaglePath.DROP) == lookup(as_drop, EaglePath.DEFAULT)
@@ -147,13 +147,15 @@ def test_a_query_with_both_drop_and_lookahead_is_unsupported():
         }
     )
     for path in EaglePath:
-        with pytest.raises(Unsupported, match="never both"):
+        asked = path == EaglePath.DEFAULT and RELEASE.lookahead_hashes
+        says = "never both" if asked else "declares no lookahead drafters"
+        with pytest.raises(Unsupported, match=says):
             lookup(q, path)
 
 
 def test_a_lookahead_past_the_scheduler_block_is_refused_by_vllm_itself():
     q = q_of({**LOOKAHEAD, "groups": [{**g, "lookahead": 3} for g in LOOKAHEAD["groups"]]})
-    says = "Multi-module MTP" if RELEASE.lookahead_hashes else "no lookahead block hashes"
+    says = "Multi-module MTP" if RELEASE.lookahead_hashes else "declares no lookahead drafters"
     with pytest.raises(Unsupported, match=says):
         lookup(q)
 
@@ -178,7 +180,7 @@ def test_vllm_agrees_with_the_model_on_fine_queries_outside_the_divergences(path
 
 
 def test_the_drop_path_is_named_in_the_label_and_the_replay_hint():
-    spec = TargetSpec("vllm", vllm_eagle=EaglePath.DROP)
+    spec = TargetSpec("vllm", options=(("eagle", str(EaglePath.DROP)),))
     assert spec.label == "vllm[eagle=drop]"
-    assert spec.replay_flag == "--target vllm --vllm-eagle drop"
+    assert spec.replay_flag == "--target vllm --option eagle=drop"
     assert TargetSpec("vllm").label == "vllm"

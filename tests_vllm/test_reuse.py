@@ -16,7 +16,7 @@ from vllm.v1.core.block_pool import BlockHashToBlockMap, BlockPool
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 
 from kvhit.analysis import Analysis, Verdict
-from kvhit.engines.vllm.release import EaglePath
+from kvhit.engines.vllm.options import EaglePath
 from kvhit.engines.vllm.target import (
     Coordinators,
     Lookup,

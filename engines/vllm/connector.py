@@ -13,8 +13,8 @@ the Mamba state at B + E (:func:`external_hit`; the connector cannot see the poo
 it trusts vLLM's boundary). Groups no tier holds are not looked at: whether the hit is
 valid for them is left to vLLM's scheduler, which is what kvhit checks.
 
-Capability flags are switchable (vLLM reads them; kvhit's target sets them from the
-environment, :data:`DIVERGENT_ENV`):
+Capability flags are switchable (vLLM reads them; kvhit's target sets them from its
+option ``divergent``, :data:`kvhit.engines.vllm.options.DIVERGENT`):
 
 - ``supports_divergent_local_hybrid_hits`` (``KVConnectorBase_V1``, vLLM 0.28.0+;
   ``v1/core/sched/scheduler.py`` ``_get_local_prefix_cache_hit``): ``on``, ``off``, or
@@ -32,13 +32,11 @@ report.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
-from enum import StrEnum
 from typing import Any
 
+from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.release import import_failure
-from kvhit.errors import UndrivableTarget
 from kvhit.model.ops import PY
 from kvhit.model.spec import Group, Kind, Query, fine_query, held_query, reused_blocks
 
@@ -51,29 +49,6 @@ try:
     )
 except ImportError as err:
     raise import_failure(err) from None
-
-DIVERGENT_ENV = "KVHIT_VLLM_DIVERGENT"
-"""The environment variable that sets ``supports_divergent_local_hybrid_hits``
-(:class:`DivergentHits`; ``auto`` when unset)."""
-
-
-class DivergentHits(StrEnum):
-    """What the connector says to ``supports_divergent_local_hybrid_hits``."""
-
-    AUTO = "auto"
-    """Claimed when some tier of the query holds the Mamba kind."""
-    ON = "on"
-    OFF = "off"
-
-
-def divergent_hits() -> DivergentHits:
-    """The setting :data:`DIVERGENT_ENV` names; UndrivableTarget if it names none."""
-    named = os.environ.get(DIVERGENT_ENV, DivergentHits.AUTO)
-    if named not in tuple(DivergentHits):
-        raise UndrivableTarget(
-            f"{DIVERGENT_ENV}={named!r}: expected one of {', '.join(DivergentHits)}"
-        )
-    return DivergentHits(named)
 
 
 def tier_held(q: Query) -> tuple[bool, ...]:

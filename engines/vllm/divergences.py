@@ -7,23 +7,35 @@ release still gives it (so an upgrade that changes it is noticed) and that outsi
 every scope of its release vLLM agrees with the model. docs/findings-vllm.md explains
 each one and when it came and went.
 
-The target ``vllm-undocumented`` (:func:`vllm_outside_divergences`) answers the states
-inside a documented scope as ``unsupported``, so any disagreement the gate reports
-against it is a new finding::
+The target ``vllm-undocumented`` (:func:`vllm_outside_divergences`) is not asked the
+states inside a documented scope of the installed release: a scope that reads only the
+configuration is one of its capability rules (kvhit draws nothing inside it), one that
+reads the cached rows is answered ``unsupported``. So any disagreement the gate
+reports against it is a new finding::
 
     kvhit gate --target vllm-undocumented --keep-going --seconds 300
+
+Which classes a vLLM build has is read from its version: a release has the classes
+whose first … last releases hold it; a dev build or pre-release (``0.35.0.dev3+g…``,
+which sorts before 0.35.0) or a patch release has those of the newest documented
+release it is not older than (:func:`documented_release`): a build of a branch is
+expected to have what its base had until it is gated. Nothing else here depends on
+the version (what a build can be asked is read from its code,
+:mod:`kvhit.engines.vllm.release`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import partial, reduce
 from math import gcd
 from typing import Any
 
 from kvhit.analysis import Verdict
-from kvhit.contract import QueryTarget
+from kvhit.contract import QueryTarget, Rule
+from kvhit.engines.vllm.options import EAGLE, EaglePath
 from kvhit.engines.vllm.release import spec_key
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
@@ -31,15 +43,42 @@ from kvhit.model.spec import Drafter, Group, Kind, Query, Upto, window_before
 
 OLDEST = "0.14.0"
 NEWEST = "0.34.0"
+RELEASES = tuple(f"0.{minor}.0" for minor in range(14, 35))
+"""The releases the findings document, oldest first."""
 
 
 def release_key(release: str) -> tuple[int, ...]:
-    """A release number as a tuple that sorts as releases do.
+    """A version as a tuple that sorts as versions do: its numbers, then 1 for a
+    release (a local label such as ``+cpu`` ignored) and 0 for a dev build or
+    pre-release, which comes before its release.
 
-    >>> release_key("0.9.1") < release_key("0.14.0")
+    >>> release_key("0.9.1") < release_key("0.14.0") == release_key("0.14.0+cpu")
+    True
+    >>> release_key("0.34.0") < release_key("0.35.0.dev3+g0abc") < release_key("0.35.0")
     True
     """
-    return tuple(int(part) for part in release.split("+")[0].split("."))
+    found = re.match(r"(\d+(?:\.\d+)*)(.*)", release)
+    if found is None:
+        raise ValueError(f"{release!r} is not a version number")
+    numbers, rest = found.groups()
+    return (*map(int, numbers.split(".")), 0 if rest.split("+")[0] else 1)
+
+
+def documented_release(version: str) -> str | None:
+    """The newest documented release ``version`` is not older than (None: older than
+    every one); its classes are the ones ``version`` is expected to have.
+
+    >>> documented_release("0.35.0.dev3+g0abc"), documented_release("0.21.0rc1")
+    ('0.34.0', '0.20.0')
+    """
+    older = [r for r in RELEASES if release_key(r) <= release_key(version)]
+    return older[-1] if older else None
+
+
+def spans(first: str, last: str, version: str) -> bool:
+    """Whether the documented release of ``version`` is one of first … last."""
+    base = documented_release(version)
+    return base is not None and release_key(first) <= release_key(base) <= release_key(last)
 
 
 @dataclass(frozen=True)
@@ -56,6 +95,8 @@ class Divergence:
     last: str = NEWEST
     error: str | None = None
     """What vLLM raises on the example (a crash): the error's type and message."""
+    reads_rows: bool = False
+    """Whether the scope reads the cached rows (else only the configuration)."""
 
     @property
     def query(self) -> Query:
@@ -63,12 +104,13 @@ class Divergence:
         return parse_query(self.example)
 
     def in_release(self, release: str) -> bool:
-        """Whether ``release`` is one of the releases that answer the example so.
+        """Whether ``release`` is one of the releases that answer the example so
+        (:func:`spans`).
 
-        >>> DIVERGENCES[0].in_release("0.34.0")
-        True
+        >>> DIVERGENCES[0].in_release("0.34.0"), DIVERGENCES[0].in_release("0.35.0.dev1")
+        (True, True)
         """
-        return release_key(self.first) <= release_key(release) <= release_key(self.last)
+        return spans(self.first, self.last, release)
 
 
 def same_spec(a: Group, b: Group) -> bool:
@@ -264,6 +306,7 @@ DIVERGENCES = (
         vllm_length=4,
         vllm_blocks=[[0], [0]],
         first="0.26.0",
+        reads_rows=True,
     ),
     Divergence(
         "vLLM only finds exact fine hash entries: a partial block is not found below "
@@ -279,6 +322,7 @@ DIVERGENCES = (
         vllm_length=4,
         vllm_blocks=[[0], [0]],
         first="0.26.0",
+        reads_rows=True,
     ),
     Divergence(
         "with partial hash hits off, the eagle drop takes a whole block where the query "
@@ -505,7 +549,7 @@ class ConnectorClass:
         >>> CONNECTOR_CLASSES[0].in_release("0.27.0")
         False
         """
-        return release_key(self.first) <= release_key(release) <= release_key(self.last)
+        return spans(self.first, self.last, release)
 
 
 CONNECTOR_CLASSES = (
@@ -534,16 +578,46 @@ def documented(q: Query, release: str = NEWEST) -> list[str]:
     return [d.name for d in in_release(release) if d.scope(q)]
 
 
-def outside_divergences_answer(q: Query) -> dict[str, Any]:
-    """vLLM's answer, or :class:`Unsupported` naming the installed release's documented
-    divergence whose scope holds the query."""
+def documented_rules(release: str) -> tuple[Rule, ...]:
+    """One rule per scope of ``release``'s divergences that reads only the
+    configuration: a query inside it is not asked of ``vllm-undocumented``.
+
+    >>> [r.name for r in documented_rules("0.14.0")][:2]
+    ['eagle_in_hybrid', 'chunk_off_blocks']
+    """
+    names: dict[Callable[[Query], bool], str] = {}
+    for d in in_release(release):
+        if not d.reads_rows:
+            names.setdefault(d.scope, d.name)
+    return tuple(Rule(scope.__name__, refusing(scope, name)) for scope, name in names.items())
+
+
+def refusing(scope: Callable[[Query], bool], name: str) -> Callable[[Query], str | None]:
+    """The refusal of the queries inside ``scope``, naming the divergence ``name``."""
+
+    def refuses(q: Query) -> str | None:
+        return f"documented divergence: {name}" if scope(q) else None
+
+    return refuses
+
+
+def outside_divergences_answer(q: Query, path: EaglePath = EaglePath.DEFAULT) -> dict[str, Any]:
+    """vLLM's answer (its drafters on ``path``), or :class:`Unsupported` naming the
+    installed release's documented divergence whose scope holds the query."""
     from kvhit.engines.vllm.target import RELEASE, vllm_answer
 
     names = documented(q, RELEASE.name)
     if names:
         raise Unsupported(f"documented divergence: {names[0]}")
-    return vllm_answer(q)
+    return vllm_answer(q, path)
 
 
-vllm_outside_divergences = QueryTarget(outside_divergences_answer)
-"""The ``vllm-undocumented`` target."""
+def vllm_outside_divergences(options: Mapping[str, str]) -> QueryTarget:
+    """The ``vllm-undocumented`` target with ``options`` (those of ``vllm``): what the
+    ``vllm`` target declares on the path they name, less the documented scopes of
+    the installed release that read only the configuration (:func:`documented_rules`)."""
+    from kvhit.engines.vllm.target import LOOKUP_CAPABILITIES, RELEASE
+
+    path = EaglePath(options[EAGLE.name])
+    caps = LOOKUP_CAPABILITIES[path].with_rules(*documented_rules(RELEASE.name))
+    return QueryTarget(partial(outside_divergences_answer, path=path), caps)

@@ -10,8 +10,9 @@ freeing, eviction and sliding-window drops are all vLLM's own
 It runs, unchanged, on every vLLM release from 0.14.0 to 0.34.0: what differs in the
 manager's API is passed only where the installed release takes it
 (:mod:`kvhit.engines.vllm.compat`), and what a release cannot be asked is refused as
-``unsupported`` (:func:`kvhit.engines.vllm.release.refusal`, the stateless target's
-rules).
+``unsupported``: it declares what it can be driven with
+(:func:`kvhit.engines.vllm.release.manager_capabilities`, the stateless target's rules
+as vLLM's scheduler asks, and its own).
 
 ``admit(r, tokens)`` does what the scheduler does for a new prompt that fits, in a
 step of its own (the previous prompts' prefills are done):
@@ -70,9 +71,15 @@ from functools import reduce
 from math import gcd, lcm
 
 from kvhit.contract import Admitted, EngineConfig, EngineFactory, Rejected, Snapshot
-from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure, refusal, shared_lookahead
+from kvhit.engines.vllm.release import (
+    MAX_MODEL_LEN,
+    Asker,
+    import_failure,
+    manager_capabilities,
+    shared_lookahead,
+)
 from kvhit.errors import TargetError, Unsupported
-from kvhit.model.spec import Group, Query, Upto
+from kvhit.model.spec import Query, Upto
 
 try:
     from vllm.sampling_params import SamplingParams
@@ -87,20 +94,11 @@ try:
     from vllm.v1.request import Request
 
     # also sets vLLM's hash seed; RELEASE: what the installed release accepts
-    from kvhit.engines.vllm.target import RELEASE, eagle_flag, group_spec
+    from kvhit.engines.vllm.target import RELEASE, eagle_flag, foreseen, group_spec
 except ImportError as err:
     raise import_failure(err) from None
 
-from kvhit.engines.vllm.compat import accepted, takes
-
-
-def lookahead_tokens(groups: Sequence[Group]) -> int:
-    """vLLM's ``num_hash_lookahead_tokens`` for these groups (:func:`shared_lookahead`);
-    :class:`Unsupported` also where the release has no lookahead block hashes."""
-    lookahead = shared_lookahead(groups)
-    if lookahead and not takes(KVCacheManager, "num_hash_lookahead_tokens"):
-        raise Unsupported(f"vLLM {RELEASE.name} has no lookahead block hashes (0.33.0+)")
-    return lookahead
+from kvhit.engines.vllm.compat import accepted
 
 
 def snapshot_row(
@@ -134,16 +132,18 @@ class VllmManagerEngine:
     """vLLM's ``KVCacheManager`` as a :class:`~kvhit.contract.StatefulEngine` (see the
     module docstring)."""
 
+    capabilities = manager_capabilities(RELEASE)
+
     def __init__(self, config: EngineConfig):
         self.groups = config.groups
         alignment = config.alignment
         self.hash_unit = config.hash_unit
         self.hash_block_size = self.hash_unit or reduce(gcd, (g.block_size for g in self.groups))
         shape = Query(self.groups, tuple(() for _ in self.groups), 0, 1, alignment, self.hash_unit)
-        reason = refusal(shape, RELEASE)
+        reason = self.capabilities.refusal(shape)
         if reason is not None:
             raise Unsupported(reason)
-        lookahead = lookahead_tokens(self.groups)
+        lookahead = shared_lookahead(self.groups)
         specs = [
             KVCacheGroupSpec([f"layer.{i}"], group_spec(g), **eagle_flag(g, self.groups))
             for i, g in enumerate(self.groups)
@@ -169,20 +169,8 @@ class VllmManagerEngine:
             )
         except (AssertionError, ValueError) as err:
             raise Unsupported(f"vLLM refuses this configuration: {err}") from err
+        foreseen(self.manager.coordinator, shape, Asker(RELEASE))
         self.partial_hits = getattr(self.manager.coordinator, "enable_partial_hash_hits", False)
-        if self.partial_hits and self.hash_unit is None:
-            raise Unsupported(
-                "vLLM lands hits inside a mamba block here (partial hash hits): "
-                f"the program needs a hash unit ({self.hash_block_size})"
-            )
-        aligned = self.hash_block_size if self.partial_hits else scheduler
-        if aligned != alignment:
-            why = (
-                "the hash unit (partial hash hits)"
-                if self.partial_hits
-                else "a multiple of every block size"
-            )
-            raise Unsupported(f"vLLM aligns these hits to {aligned}, {why}, not A={alignment}")
         hasher_options = {"num_hash_lookahead_tokens": lookahead}
         self.hasher = get_request_block_hasher(
             self.hash_block_size, sha256, **accepted(get_request_block_hasher, hasher_options)

@@ -31,15 +31,15 @@ the blocks that left a window.
 ``snapshot`` is the pool's rows (:func:`kvhit.engines.vllm.manager.snapshot_row`) and
 the store's, as its tier.
 
-Refused (``unsupported``): what the stateless target refuses
-(:func:`kvhit.engines.vllm.tiered.refused`), a hash unit (the store keeps whole
-blocks), and more than one store.
+What it declares (:data:`OFFLOAD_CAPABILITIES`): what the stateless target declares
+(:func:`kvhit.engines.vllm.tiered.connector_capabilities`), but no hash unit (the store
+keeps whole blocks) and at most one store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvhit.contract import (
@@ -48,16 +48,18 @@ from kvhit.contract import (
     EngineConfig,
     EngineFactory,
     Rejected,
+    Rule,
     Snapshot,
     Store,
     TierMove,
 )
 from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
 from kvhit.engines.vllm.manager import snapshot_row
+from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure
-from kvhit.engines.vllm.tiered import build_scheduler, observe, refused
+from kvhit.engines.vllm.tiered import CAPABILITIES, build_scheduler, driven, observe
 from kvhit.errors import TargetError, Unsupported
-from kvhit.model.spec import Query, Tier, Upto
+from kvhit.model.spec import Query, Tier, Upto, local_query
 
 try:
     from vllm.sampling_params import SamplingParams
@@ -127,25 +129,39 @@ class SlotStore:
         self.added = []
 
 
+def one_store(q: Query) -> str | None:
+    """vLLM's scheduler has one KV connector: at most one store."""
+    if len(q.tiers) > 1:
+        return "vLLM's scheduler has one KV connector here: at most one store"
+    return None
+
+
+OFFLOAD_CAPABILITIES = replace(CAPABILITIES, hash_units=False).with_rules(
+    Rule(one_store.__name__, one_store)
+)
+"""What the stateful ``vllm-connector`` target can be driven with (module docstring)."""
+
+
 class VllmOffloadEngine:
     """vLLM's scheduler with an offload store as a :class:`~kvhit.contract.StatefulEngine`
     (module docstring)."""
 
+    capabilities = OFFLOAD_CAPABILITIES
+
     def __init__(self, config: EngineConfig):
+        driven()
         self.groups = config.groups
         alignment = config.alignment
-        if config.hash_unit is not None:
-            raise Unsupported("the offload store keeps whole blocks: no hash unit")
-        shape = Query(self.groups, tuple(() for _ in self.groups), 0, 1, alignment)
-        reason = refused(shape)
+        shape = config.as_query(1)
+        reason = self.capabilities.refusal(shape)
         if reason is not None:
             raise Unsupported(reason)
         stores = config.stores
-        if len(stores) > 1:
-            raise Unsupported("vLLM's scheduler has one KV connector here: at most one store")
         self.store = SlotStore(stores[0]) if stores else None
         self.alignment = alignment
-        self.scheduler = build_scheduler(shape, config.num_blocks + 1)
+        self.scheduler = build_scheduler(
+            local_query(shape), config.num_blocks + 1, DivergentHits.AUTO
+        )
         connector = self.scheduler.connector
         assert isinstance(connector, TieredConnector)
         self.connector = connector

@@ -18,80 +18,39 @@ detected here from a signature, a dataclass field or the code of a method:
 - eagle sliding windows whose block size is not the alignment: asserted against by
   the sliding window manager up to 0.22;
 - several groups that all have one spec: asserted against by the hybrid coordinator
-  up to 0.28 (vLLM's engine puts layers of one spec in one group).
+  up to 0.28 (vLLM's engine puts layers of one spec in one group);
+- which managers take fine (hash-unit) lookups
+  (``supports_fine_grained_hash_lookup``, where the coordinator consults it): with partial hash hits on, a hybrid coordinator aligns hits to the hash block
+  size, else to the scheduler block size (``_cache_hit_alignment_tokens``);
+- a lookahead longer than the scheduler block size: a ``ValueError`` of the
+  coordinator (``KVCacheCoordinator.__init__``, "Multi-module MTP", 0.33+).
 
-:func:`refusal` turns these into the reason a query cannot be asked, before vLLM is
-called, so that any assert vLLM raises during a supported call is a crash.
+:func:`capabilities` turns these into what a target declares it can be asked
+(:class:`kvhit.contract.Capabilities`: the drafters and hash units each release has, and
+one :class:`kvhit.contract.Rule` per refusal, with its reason), read before vLLM is
+called, so that any assert vLLM raises during a supported call is a crash. Nothing
+here reads a version number: a vLLM checkout or dev build is gated like a release.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
-import os
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from enum import StrEnum
-from functools import cache, reduce
+from functools import reduce
 from importlib.metadata import PackageNotFoundError, version
 from math import gcd, lcm
 from typing import Any
 
+from kvhit.contract import Capabilities, Rule
+from kvhit.engines.vllm.options import EaglePath
 from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.model.spec import EAGLE_KINDS, Drafter, Group, Kind, Query, inclusive_window
 
-VLLM_TARGETS = ("vllm", "vllm-undocumented", "vllm-connector")
-"""The built-in targets that drive vLLM's lookup (``vllm-connector``: through its
-scheduler and KV connector path, :mod:`kvhit.engines.vllm.tiered`)."""
-
-EAGLE_ENV = "KVHIT_VLLM_EAGLE"
-"""The environment variable that carries ``--vllm-eagle`` to the target (and so to every
-worker process a run starts)."""
-
-
 MAX_MODEL_LEN = 4096
 """The stateful target's ``max_model_len``: longer prompts are rejected."""
-
-
-class EaglePath(StrEnum):
-    """How the ``vllm`` target runs a query's drafters (``--vllm-eagle``).
-
-    ``default``: a query's drafters as it states them: a ``drop`` drafter gets the
-    eagle drop (what vLLM runs through 0.32, and from 0.33 with
-    ``disable_lookahead_block_hashes``), a ``lookahead`` one lookahead block hashes
-    (0.33+, vLLM's default for EAGLE/MTP there: ``_resolve_num_hash_lookahead_tokens``,
-    ``config/vllm.py``, 0.34.0). ``drop``: the path of a model whose drafter drops on
-    every release: a ``lookahead`` query is refused, since vLLM would answer it as
-    another query (its drafters dropping), which the spec of this one does not judge.
-    """
-
-    DEFAULT = "default"
-    DROP = "drop"
-
-
-def eagle_path() -> EaglePath:
-    """The path :data:`EAGLE_ENV` names (``default`` when unset); UndrivableTarget if it
-    names none."""
-    return path_named(os.environ.get(EAGLE_ENV, EaglePath.DEFAULT))
-
-
-@cache
-def path_named(named: str) -> EaglePath:
-    """The path called ``named`` (read once per name: the target asks on every query);
-    UndrivableTarget if there is none."""
-    if named not in tuple(EaglePath):
-        raise UndrivableTarget(f"{EAGLE_ENV}={named!r}: expected one of {', '.join(EaglePath)}")
-    return EaglePath(named)
-
-
-def target_label(name: str, path: EaglePath) -> str:
-    """How reports name a vllm target run on ``path``.
-
-    >>> target_label("vllm", EaglePath.DROP), target_label("vllm", EaglePath.DEFAULT)
-    ('vllm[eagle=drop]', 'vllm')
-    """
-    return name if path == EaglePath.DEFAULT else f"{name}[eagle={path}]"
 
 
 def installed_release() -> str:
@@ -135,6 +94,16 @@ specs: found in its ``verify_and_split_kv_cache_groups``."""
 PARTIAL_HITS_FLAG = "enable_partial_hash_hits"
 """The hybrid coordinator's flag of partial hash hits (0.26+): set in its ``__init__``."""
 
+FINE_LOOKUP_FLAG = "supports_fine_grained_hash_lookup"
+"""The class flag of a manager that can stop a lookup inside its block: where the hybrid
+coordinator consults it (inline in its ``__init__``, 0.28.0; through
+``partial_hash_hits_enabled``, ``kv_cache_utils.py``, 0.34.0), partial hash hits need it
+of every group's manager or a block of one hash unit (0.27.0 consults no manager)."""
+
+LOOKAHEAD_BLOCK_CHECK = "num_speculative_tokens"
+"""What the coordinator's ``ValueError`` for a lookahead longer than the scheduler block
+size names (``KVCacheCoordinator.__init__``, ``kv_cache_coordinator.py``, 0.34.0)."""
+
 
 def has_loop(func: object) -> bool:
     """Whether a function's own code has a ``while`` loop."""
@@ -165,11 +134,22 @@ class Release:
     hybrid_needs_two_specs: bool
     partial_hash_hits: bool = False
     lookahead_hashes: bool = False
+    fine_lookup_kinds: frozenset[Kind] | None = None
+    """The kinds whose manager takes fine lookups, where vLLM asks it (None: every kind);
+    found from the managers vLLM gives the specs
+    (:func:`kvhit.engines.vllm.target.fine_lookup_kinds`)."""
+    lookahead_within_scheduler_block: bool = False
+    """Whether the coordinator refuses a lookahead longer than the scheduler block size."""
 
     @property
     def scheduler_alignment(self) -> bool:
         """Whether the coordinator takes ``scheduler_block_size``."""
         return "scheduler_block_size" in self.coordinator_params
+
+    @property
+    def partial_hits_switch(self) -> bool:
+        """Whether the coordinator takes ``allow_partial_hash_hits`` (0.30+)."""
+        return "allow_partial_hash_hits" in self.coordinator_params
 
 
 def detect() -> Release:
@@ -204,6 +184,21 @@ def detect() -> Release:
         hybrid_needs_two_specs=says(hybrid.verify_and_split_kv_cache_groups, TWO_SPECS_ASSERT),
         partial_hash_hits=says(hybrid.__init__, PARTIAL_HITS_FLAG),
         lookahead_hashes="num_hash_lookahead_tokens" in params,
+        lookahead_within_scheduler_block=says(
+            coordinators.KVCacheCoordinator.__init__, LOOKAHEAD_BLOCK_CHECK
+        ),
+    )
+
+
+def passes_managers(func: object, callee: str) -> bool:
+    """Whether ``func``'s code calls ``callee`` with the managers' classes (a fourth
+    argument, or ``manager_classes=``)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))  # type: ignore[arg-type]
+    return any(
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == callee
+        and (len(node.args) >= 4 or any(k.arg == "manager_classes" for k in node.keywords))
+        for node in ast.walk(tree)
     )
 
 
@@ -319,73 +314,107 @@ def shared_lookahead(groups: Sequence[Group]) -> int:
     return spans.pop()
 
 
-def refusal(q: Query, release: Release, path: EaglePath = EaglePath.DEFAULT) -> str | None:
-    """Why vLLM ``release`` cannot be asked query ``q`` on eagle ``path``, or None if it can.
+@dataclass(frozen=True)
+class Asker:
+    """Who asks vLLM ``release``: on which eagle ``path`` its drafters run, and whether
+    a query without a hash unit is asked with partial hash hits off
+    (``allow_partial_hash_hits=False``, where the release takes it: the ``vllm``
+    target; vLLM's own scheduler and manager leave them at their default, on)."""
 
-    >>> from kvhit.model.protocol import parse_query
-    >>> old = Release("0.14.0", frozenset(), False, False, False, True, True)
-    >>> refusal(parse_query({"groups": [{"kind": "full", "block_size": 2},
-    ...                                 {"kind": "mamba", "block_size": 4}],
-    ...                      "cached": ["", ""], "max_length": 8, "alignment": 8}), old)
-    'vLLM 0.14.0 has no scheduler_block_size: hits are aligned to the lcm of the block sizes (4), not A=8'
-    """
-    sizes = [g.block_size for g in q.groups]
+    release: Release
+    path: EaglePath = EaglePath.DEFAULT
+    partial_off_without_unit: bool = False
+
+    def partial_hits(self, q: Query) -> bool:
+        """Whether vLLM's hybrid coordinator turns partial hash hits on for ``q``
+        (``partial_hash_hits_enabled``, ``kv_cache_utils.py``, 0.34.0; inline in the
+        coordinator's ``__init__`` in 0.27.0): a Mamba group (``align`` mode) whose
+        block is larger than the hash block size h, and every group's manager taking
+        fine lookups or its block being h."""
+        release, h = self.release, hash_block_size(q)
+        if not release.partial_hash_hits or len(q.groups) < 2:
+            return False
+        if q.hash_unit is None and self.partial_off_without_unit and release.partial_hits_switch:
+            return False
+        if not any(g.kind == Kind.MAMBA and g.block_size > h for g in q.groups):
+            return False
+        fine = release.fine_lookup_kinds
+        return fine is None or all(g.kind in fine or g.block_size == h for g in q.groups)
+
+    def hit_alignment(self, q: Query) -> int:
+        """What vLLM aligns a hybrid coordinator's hits to (``_cache_hit_alignment_tokens``):
+        before 0.23 (no ``scheduler_block_size``, and no partial hash hits), the lcm of
+        the block sizes; else the hash block size with partial hash hits on, the
+        scheduler block size with them off."""
+        if not self.release.scheduler_alignment:
+            return lcm(*(g.block_size for g in q.groups))
+        if self.partial_hits(q):
+            return hash_block_size(q)
+        return scheduler_block_size(q)
+
+
+Check = Callable[[Query, Asker], str | None]
+
+
+def two_specs(q: Query, asker: Asker) -> str | None:
+    """Up to 0.28 the hybrid coordinator asserts two different specs."""
     specs = {spec_key(g) for g in q.groups}
-    dropping = [g for g in q.groups if g.eagle]
-    if len(q.groups) > 1 and len(specs) == 1 and release.hybrid_needs_two_specs:
+    if len(q.groups) > 1 and len(specs) == 1:
         return (
-            f"vLLM {release.name}'s hybrid coordinator asserts that the groups have at "
+            f"vLLM {asker.release.name}'s hybrid coordinator asserts that the groups have at "
             "least two different specs"
-        )
-    if len(q.groups) == 1 and q.hash_unit not in (None, sizes[0]):
-        return (
-            "vLLM rejects a prefix_match_unit other than the block size with a single KV "
-            "cache group (resolve_kv_cache_block_sizes)"
-        )
-    if len(q.groups) == 1 and q.alignment != sizes[0]:
-        return "vLLM aligns a single group's hits to its block size (scheduler block size = b)"
-    if q.hash_unit is not None and not release.partial_hash_hits:
-        return (
-            f"vLLM {release.name} has no partial hash hits (0.26.0 and later): a query "
-            "with a hash unit cannot be asked"
-        )
-    if any(g.kind == Kind.CHUNKED_LOCAL and g.block_size != q.alignment for g in q.groups):
-        return "vLLM asserts that a chunked local group's block size is the alignment"
-    if not release.scheduler_alignment and q.alignment != lcm(*sizes):
-        return (
-            f"vLLM {release.name} has no scheduler_block_size: hits are aligned to the lcm "
-            f"of the block sizes ({lcm(*sizes)}), not A={q.alignment}"
-        )
-    path_refusal = drafter_path_refusal(q, release, path)
-    if path_refusal is not None:
-        return path_refusal
-    if any(g.kind == Kind.CHUNKED_LOCAL for g in dropping):
-        return "vLLM asserts that a chunked local group never drops an eagle block"
-    if dropping and not release.group_eagle_flag:
-        if any(not g.eagle for g in q.groups if g.kind in EAGLE_KINDS) or any(
-            g.kind == Kind.CHUNKED_LOCAL for g in q.groups
-        ):
-            return (
-                f"vLLM {release.name} has no per-group eagle flag (KVCacheGroupSpec."
-                "is_eagle_group): with use_eagle every group drops, as when no group is "
-                "flagged later, so not a drafter on some full and sliding window groups "
-                "only, nor with chunked local attention"
-            )
-    if release.eagle_window_needs_block_alignment and any(
-        g.kind == Kind.SLIDING_WINDOW and g.block_size != q.alignment for g in dropping
-    ):
-        return (
-            f"vLLM {release.name} asserts that an eagle sliding window's block size is "
-            "the alignment"
         )
     return None
 
 
-def drafter_path_refusal(q: Query, release: Release, path: EaglePath) -> str | None:
-    """Why vLLM ``release`` does not run q's drafters on ``path`` (:class:`EaglePath`),
-    or None. vLLM has one drafter per model: it drops (EAGLE/MTP without lookahead
-    hashes), hashes lookahead tokens (EAGLE/MTP, 0.33+ by default), or neither (DFlash,
-    DSpark: ``none``)."""
+def single_group_hash_unit(q: Query, asker: Asker) -> str | None:
+    """A single group takes no hash unit finer than its block."""
+    if len(q.groups) == 1 and q.hash_unit not in (None, q.groups[0].block_size):
+        return (
+            "vLLM rejects a prefix_match_unit other than the block size with a single KV "
+            "cache group (resolve_kv_cache_block_sizes)"
+        )
+    return None
+
+
+def single_group_alignment(q: Query, asker: Asker) -> str | None:
+    """The unitary coordinator aligns hits to the block size."""
+    if len(q.groups) == 1 and q.alignment != q.groups[0].block_size:
+        return "vLLM aligns a single group's hits to its block size (scheduler block size = b)"
+    return None
+
+
+def chunked_local_alignment(q: Query, asker: Asker) -> str | None:
+    """A chunked local group's block size is the alignment (vLLM's assert)."""
+    if any(g.kind == Kind.CHUNKED_LOCAL and g.block_size != q.alignment for g in q.groups):
+        return "vLLM asserts that a chunked local group's block size is the alignment"
+    return None
+
+
+def hit_alignment(q: Query, asker: Asker) -> str | None:
+    """Several groups: vLLM's hits land on the alignment :meth:`Asker.hit_alignment`
+    says, which must be A."""
+    if len(q.groups) < 2:
+        return None
+    aligned = asker.hit_alignment(q)
+    if aligned == q.alignment:
+        return None
+    if not asker.release.scheduler_alignment:
+        return (
+            f"vLLM {asker.release.name} has no scheduler_block_size: hits are aligned to "
+            f"the lcm of the block sizes ({aligned}), not A={q.alignment}"
+        )
+    partial = "on" if asker.partial_hits(q) else "off"
+    return (
+        f"vLLM {asker.release.name} aligns these groups' hits to {aligned}, not "
+        f"A={q.alignment} (partial hash hits {partial}: partial_hash_hits_enabled)"
+    )
+
+
+def one_drafter(q: Query, asker: Asker) -> str | None:
+    """vLLM has one drafter per model: it drops (EAGLE/MTP without lookahead hashes),
+    hashes lookahead tokens (EAGLE/MTP, 0.33+ by default), or neither (DFlash, DSpark:
+    ``none``)."""
     lookahead = any(g.drafter == Drafter.LOOKAHEAD for g in q.groups)
     dropping = any(g.eagle for g in q.groups)
     if lookahead and dropping:
@@ -395,13 +424,144 @@ def drafter_path_refusal(q: Query, release: Release, path: EaglePath) -> str | N
         )
     if dropping and any(g.drafter == Drafter.NONE and g.kind in EAGLE_KINDS for g in q.groups):
         return "vLLM has one drafter per model: an eagle drop and a drafter that drops nothing never mix"
-    if path == EaglePath.DROP and lookahead:
+    return None
+
+
+def chunked_local_drop(q: Query, asker: Asker) -> str | None:
+    """A chunked local group never drops an eagle block (vLLM's assert)."""
+    if any(g.kind == Kind.CHUNKED_LOCAL and g.eagle for g in q.groups):
+        return "vLLM asserts that a chunked local group never drops an eagle block"
+    return None
+
+
+def eagle_everywhere(q: Query, asker: Asker) -> str | None:
+    """Before 0.20 ``use_eagle`` makes every group drop."""
+    if not any(g.eagle for g in q.groups):
+        return None
+    if any(not g.eagle for g in q.groups if g.kind in EAGLE_KINDS) or any(
+        g.kind == Kind.CHUNKED_LOCAL for g in q.groups
+    ):
         return (
-            "on the drop path vLLM hashes no lookahead tokens: a lookahead drafter is another query"
-        )
-    if lookahead and not release.lookahead_hashes:
-        return (
-            f"vLLM {release.name} has no lookahead block hashes "
-            "(num_hash_lookahead_tokens, 0.33.0 and later)"
+            f"vLLM {asker.release.name} has no per-group eagle flag (KVCacheGroupSpec."
+            "is_eagle_group): with use_eagle every group drops, as when no group is "
+            "flagged later, so not a drafter on some full and sliding window groups "
+            "only, nor with chunked local attention"
         )
     return None
+
+
+def eagle_window_alignment(q: Query, asker: Asker) -> str | None:
+    """Up to 0.22 an eagle sliding window's block size is the alignment (vLLM's assert)."""
+    if any(
+        g.kind == Kind.SLIDING_WINDOW and g.eagle and g.block_size != q.alignment for g in q.groups
+    ):
+        return (
+            f"vLLM {asker.release.name} asserts that an eagle sliding window's block size is "
+            "the alignment"
+        )
+    return None
+
+
+def lookahead_within_block(q: Query, asker: Asker) -> str | None:
+    """0.33+: the coordinator's ``ValueError`` for a lookahead longer than the scheduler
+    block size (``KVCacheCoordinator.__init__``, ``kv_cache_coordinator.py``, 0.34.0)."""
+    lookahead, block = prefill_lookahead(q), scheduler_block_size(q)
+    if lookahead > block:
+        return (
+            f"vLLM {asker.release.name} refuses a lookahead of {lookahead} tokens past a "
+            f"scheduler block of {block} (Multi-module MTP ... scheduler_block_size >= "
+            "num_speculative_tokens)"
+        )
+    return None
+
+
+def rules(asker: Asker) -> tuple[Rule, ...]:
+    """The rules of what ``asker`` can ask vLLM, each where its release has it."""
+    release = asker.release
+    checks: list[Check] = [
+        *([two_specs] if release.hybrid_needs_two_specs else []),
+        single_group_hash_unit,
+        single_group_alignment,
+        chunked_local_alignment,
+        hit_alignment,
+        one_drafter,
+        chunked_local_drop,
+        *([eagle_everywhere] if not release.group_eagle_flag else []),
+        *([eagle_window_alignment] if release.eagle_window_needs_block_alignment else []),
+        *([lookahead_within_block] if release.lookahead_within_scheduler_block else []),
+    ]
+    return bound(asker, checks)
+
+
+def bound(asker: Asker, checks: Sequence[Check]) -> tuple[Rule, ...]:
+    """Each check as a rule of ``asker``, named after it."""
+    return tuple(Rule(check.__name__, asked_by(check, asker)) for check in checks)
+
+
+def asked_by(check: Check, asker: Asker) -> Callable[[Query], str | None]:
+    """``check`` as a refusal of ``asker``'s queries."""
+
+    def refuses(q: Query) -> str | None:
+        return check(q, asker)
+
+    return refuses
+
+
+def drafters(asker: Asker) -> frozenset[Drafter]:
+    """The drafters ``asker`` can ask: the eagle drop and ``none`` on every release;
+    ``lookahead`` where the release has lookahead block hashes (0.33+,
+    ``num_hash_lookahead_tokens``) and on the default path only."""
+    lookahead = asker.release.lookahead_hashes and asker.path == EaglePath.DEFAULT
+    return frozenset({Drafter.DROP, Drafter.NONE, *([Drafter.LOOKAHEAD] if lookahead else [])})
+
+
+def capabilities(asker: Asker) -> Capabilities:
+    """What ``asker`` can ask vLLM: every kind and window convention, the drafters of
+    :func:`drafters`, hash units where the release has partial hash hits (0.26.0+), and
+    the :func:`rules`.
+
+    >>> old = Release("0.14.0", frozenset(), False, False, False, True, True)
+    >>> caps = capabilities(Asker(old))
+    >>> caps.hash_units, Drafter.LOOKAHEAD in caps.drafters
+    (False, False)
+    >>> from kvhit.model.protocol import parse_query
+    >>> caps.refusal(parse_query({"groups": [{"kind": "full", "block_size": 2},
+    ...                                      {"kind": "mamba", "block_size": 4}],
+    ...                           "cached": ["", ""], "max_length": 8, "alignment": 8}))
+    'vLLM 0.14.0 has no scheduler_block_size: hits are aligned to the lcm of the block sizes (4), not A=8'
+    """
+    return Capabilities(
+        drafters=drafters(asker),
+        hash_units=asker.release.partial_hash_hits,
+        rules=rules(asker),
+    )
+
+
+def one_lookahead(q: Query, asker: Asker) -> str | None:
+    """vLLM's manager keys every group with the request's lookahead hashes: one La
+    for all groups (:func:`shared_lookahead`)."""
+    try:
+        shared_lookahead(q.groups)
+    except Unsupported as err:
+        return str(err)
+    return None
+
+
+def partial_hits_need_unit(q: Query, asker: Asker) -> str | None:
+    """Where vLLM's manager turns partial hash hits on, a program without a hash unit
+    cannot say where its hits land."""
+    if q.hash_unit is None and asker.partial_hits(q):
+        return (
+            "vLLM lands hits inside a mamba block here (partial hash hits): "
+            f"the program needs a hash unit ({hash_block_size(q)})"
+        )
+    return None
+
+
+def manager_capabilities(release: Release) -> Capabilities:
+    """What vLLM's ``KVCacheManager`` can be driven with (the stateful ``vllm``
+    target): the lookup's capabilities as vLLM's scheduler asks (partial hash hits at
+    their default), one La for every group, and a hash unit wherever partial hash hits
+    are on."""
+    asker = Asker(release)
+    return capabilities(asker).with_rules(*bound(asker, (one_lookahead, partial_hits_need_unit)))

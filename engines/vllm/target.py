@@ -39,8 +39,8 @@ Each query is configured as vLLM configures that model on the release by default
   ``drop`` and ``lookahead`` specs are also ``is_draft``. A
   ``drop`` drafter sets ``use_eagle``; a ``lookahead`` one, La =
   ``num_hash_lookahead_tokens`` with ``use_eagle`` off, as ``sched/scheduler.py``
-  builds the KV manager (0.33+). Which of the two a release runs by default, and
-  ``--vllm-eagle drop``: :class:`kvhit.engines.vllm.release.EaglePath`.
+  builds the KV manager (0.33+). Which of the two a release runs by default, and the
+  option ``eagle=drop``: :class:`kvhit.engines.vllm.options.EaglePath`.
 - A single group goes to vLLM's unitary coordinator, which aligns hits to the
   group's block size; vLLM only ever builds it with A = b, so other A are refused.
 - vLLM's coordinator is built once per *shape* of query (its groups, T, A, h, the
@@ -51,12 +51,18 @@ Each query is configured as vLLM configures that model on the release by default
   What a shape cannot be asked is kept too, so it is refused without a build. The
   pool holds a block per entry of the rows, whatever the entries are, so every state of
   rows of the same lengths shares the coordinator.
-- vLLM refuses some configurations outright (its own asserts, e.g. chunked local
-  attention with mixed block sizes): the adapter knows them from the configuration
-  (:func:`kvhit.engines.vllm.release.refusal`) and raises
-  :class:`kvhit.errors.Unsupported` before calling vLLM; a ``ValueError`` vLLM raises
-  while building the coordinator (its checks of a configuration) is one too. Any
-  other assert or error inside vLLM is left to surface as a ``crash``.
+- What a release cannot be asked (its own asserts, e.g. chunked local attention with
+  mixed block sizes; the alignment its hits land on; the ``ValueError`` s of
+  ``get_kv_cache_coordinator`` for a configuration) the target declares as its
+  capabilities, read from the release's code
+  (:func:`kvhit.engines.vllm.release.capabilities`): kvhit draws nothing else, and a
+  query outside them is refused with the rule's reason before vLLM is called. What
+  vLLM still refuses while building the coordinator is ``unsupported`` at run time.
+  Any other assert or error inside vLLM is left to surface as a ``crash``.
+
+The built-in is :func:`vllm_lookup`, called with the target's options
+(:data:`kvhit.engines.vllm.options.LOOKUP_OPTIONS`); :data:`vllm_target` is the one
+with every option at its default.
 
     >>> vllm_target({"groups": [{"kind": "full", "block_size": 2, "eagle": False}],
     ...              "cached": [[True, True, False]], "max_length": 5,
@@ -68,28 +74,29 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache, partial
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from kvhit.contract import QueryTarget
+from kvhit.contract import Capabilities, QueryTarget
+from kvhit.engines.vllm.options import EAGLE, EaglePath
 from kvhit.engines.vllm.release import (
-    EaglePath,
+    FINE_LOOKUP_FLAG,
+    Asker,
+    capabilities,
     coordinator_keywords,
     detect,
-    eagle_path,
     flagged,
-    hash_block_size,
     hash_lookahead,
     import_failure,
     is_draft,
+    passes_managers,
     pool_size,
-    refusal,
-    scheduler_block_size,
+    says,
 )
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Group, Kind, Query, Upto, inclusive_window
@@ -98,7 +105,11 @@ try:
     from vllm.utils.hashing import sha256
     from vllm.v1.core import kv_cache_utils
     from vllm.v1.core.block_pool import BlockPool
-    from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
+    from vllm.v1.core.kv_cache_coordinator import (
+        HybridKVCacheCoordinator,
+        KVCacheCoordinator,
+        get_kv_cache_coordinator,
+    )
     from vllm.v1.core.kv_cache_utils import (
         BlockHash,
         FreeKVCacheBlockQueue,
@@ -181,6 +192,40 @@ def group_spec(g: Group) -> KVCacheSpec:
     return SPECS[g.kind](g)
 
 
+def fine_lookup_kinds() -> frozenset[Kind] | None:
+    """The kinds whose manager has :data:`~kvhit.engines.vllm.release.FINE_LOOKUP_FLAG`
+    set (the manager vLLM's ``KVCacheSpecRegistry`` gives each kind's spec), where the
+    hybrid coordinator consults its managers: inline in its ``__init__`` (0.28.0), or by
+    handing their classes to ``partial_hash_hits_enabled`` (0.34.0); None where it
+    consults none (``kv_cache_coordinator.py``, 0.27.0)."""
+    hybrid = HybridKVCacheCoordinator.__init__
+    if not (says(hybrid, FINE_LOOKUP_FLAG) or passes_managers(hybrid, "partial_hash_hits_enabled")):
+        return None
+    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+
+    return frozenset(
+        g.kind
+        for g in KIND_EXAMPLES
+        if getattr(KVCacheSpecRegistry.get_manager_class(group_spec(g)), FINE_LOOKUP_FLAG)
+    )
+
+
+KIND_EXAMPLES = (
+    Group(Kind.FULL, 2),
+    Group(Kind.SLIDING_WINDOW, 2, window=3),
+    Group(Kind.CHUNKED_LOCAL, 2, chunk=2),
+    Group(Kind.MAMBA, 2),
+)
+"""A group of each kind, whose spec's manager is looked up."""
+
+
+RELEASE = replace(RELEASE, fine_lookup_kinds=fine_lookup_kinds())
+LOOKUP_CAPABILITIES: dict[EaglePath, Capabilities] = {
+    path: capabilities(Asker(RELEASE, path, partial_off_without_unit=True)) for path in EaglePath
+}
+"""What the ``vllm`` target can ask the installed release, on each eagle path."""
+
+
 def kv_cache_config(q: Query) -> KVCacheConfig:
     """The KV cache config: one group per protocol group, drafter groups flagged."""
     groups = [
@@ -207,34 +252,31 @@ def partial_hits_on(coordinator: KVCacheCoordinator) -> bool:
     return bool(getattr(coordinator, "enable_partial_hash_hits", False))
 
 
-def hit_alignment(coordinator: KVCacheCoordinator, q: Query) -> int:
-    """What vLLM aligns the coordinator's hits to: the hash block size with partial
-    hash hits on, else the scheduler block size it was given (before 0.23, the lcm of
-    the block sizes, which :func:`refusal` has checked is A)."""
-    if partial_hits_on(coordinator):
-        return hash_block_size(q)
-    return scheduler_block_size(q)
+def foreseen(coordinator: KVCacheCoordinator, q: Query, asker: Asker) -> None:
+    """Check that vLLM turned partial hash hits on exactly where the capability rules
+    said (:meth:`kvhit.engines.vllm.release.Asker.partial_hits`, which gave the
+    alignment they checked); :class:`Unsupported` saying the rules missed it if not."""
+    if len(q.groups) > 1 and partial_hits_on(coordinator) != asker.partial_hits(q):
+        raise Unsupported(
+            f"vLLM {RELEASE.name} turned partial hash hits "
+            f"{'on' if partial_hits_on(coordinator) else 'off'} where the capability rules "
+            "said otherwise (kvhit.engines.vllm.release.Asker.partial_hits)"
+        )
 
 
-def build_coordinator(q: Query, path: EaglePath | None = None) -> KVCacheCoordinator:
-    """vLLM's coordinator for the query's groups, as the engine would build it;
-    :class:`Unsupported` if this release cannot be asked the query (``path``: the
-    ``--vllm-eagle`` path, default the one the environment names)."""
-    path = eagle_path() if path is None else path
-    reason = refusal(q, RELEASE, path)
+def build_coordinator(q: Query, path: EaglePath = EaglePath.DEFAULT) -> KVCacheCoordinator:
+    """vLLM's coordinator for the query's groups, as the engine would build it, its
+    drafters on ``path``; :class:`Unsupported` with the reason if the release cannot be
+    asked the query (its capabilities, :data:`LOOKUP_CAPABILITIES`), or if vLLM refuses
+    the configuration while building it."""
+    reason = LOOKUP_CAPABILITIES[path].refusal(q)
     if reason is not None:
         raise Unsupported(reason)
     try:
         coordinator = get_kv_cache_coordinator(kv_cache_config(q), **coordinator_options(q, path))
     except ValueError as err:
         raise Unsupported(f"vLLM {RELEASE.name} refuses the configuration: {err}") from None
-    aligned = hit_alignment(coordinator, q)
-    if aligned != q.alignment:
-        partial = "on" if partial_hits_on(coordinator) else "off"
-        raise Unsupported(
-            f"vLLM {RELEASE.name} aligns these groups' hits to {aligned}, not A={q.alignment} "
-            f"(partial hash hits {partial}: partial_hash_hits_enabled)"
-        )
+    foreseen(coordinator, q, Asker(RELEASE, path, partial_off_without_unit=True))
     return coordinator
 
 
@@ -346,7 +388,7 @@ COORDINATORS = Coordinators()
 
 
 def lookup(
-    q: Query, path: EaglePath | None = None, coordinators: Coordinators = COORDINATORS
+    q: Query, path: EaglePath = EaglePath.DEFAULT, coordinators: Coordinators = COORDINATORS
 ) -> Lookup:
     """Run vLLM's ``find_longest_cache_hit`` on the query's cache state, in the
     coordinator ``coordinators`` keep for its shape.
@@ -354,7 +396,6 @@ def lookup(
     Configurations the release refuses raise :class:`Unsupported` before the call;
     anything vLLM raises during it (its asserts included) surfaces as a crash.
     """
-    path = eagle_path() if path is None else path
     coordinator = coordinators.take(q, path)
     hashes = list(
         request_hashes(
@@ -368,11 +409,24 @@ def lookup(
     return Lookup(length, reused, uncached[0] if uncached else None)
 
 
-def vllm_answer(q: Query) -> dict[str, Any]:
-    """vLLM's hit length and each group's non-null block indices."""
-    found = lookup(q)
+def vllm_answer(q: Query, path: EaglePath = EaglePath.DEFAULT) -> dict[str, Any]:
+    """vLLM's hit length and each group's non-null block indices, its drafters on ``path``."""
+    found = lookup(q, path)
     return {"length": found.length, "blocks": found.blocks}
 
 
-vllm_target = QueryTarget(vllm_answer)
-"""The ``vllm`` target."""
+def vllm_lookup(options: Mapping[str, str]) -> QueryTarget:
+    """The ``vllm`` target with ``options`` (every one of
+    :data:`kvhit.engines.vllm.options.LOOKUP_OPTIONS`): its answer on the eagle path
+    they name, and what the installed release can be asked on it.
+
+    >>> from kvhit.model.spec import Drafter
+    >>> Drafter.LOOKAHEAD in vllm_lookup({"eagle": "drop"}).capabilities.drafters
+    False
+    """
+    path = EaglePath(options[EAGLE.name])
+    return QueryTarget(partial(vllm_answer, path=path), LOOKUP_CAPABILITIES[path])
+
+
+vllm_target = vllm_lookup({EAGLE.name: EAGLE.default})
+"""The ``vllm`` target, its options at their defaults."""

@@ -31,12 +31,14 @@ What is driven, for each query (nothing of vLLM is restated):
    together with the blocks the connector loads past the local boundary
    (:func:`kvhit.engines.vllm.connector.loaded_blocks`).
 
-What is refused (``unsupported``): releases before 0.24.0 (no per-group lookup, so no
-connector path for divergent hybrid hits); drafters (vLLM's scheduler takes them from
-a speculative config, which needs a drafter model); prompts longer than
-:data:`kvhit.engines.vllm.release.MAX_MODEL_LEN`; and whatever the ``vllm`` target
-refuses for the local query (:func:`kvhit.engines.vllm.release.refusal`, and the
-alignment check of :func:`kvhit.engines.vllm.target.hit_alignment`).
+What it declares (:func:`connector_capabilities`): tiers; no drafters (vLLM's
+scheduler takes them from a speculative config, which needs a drafter model); no
+prompt longer than :data:`kvhit.engines.vllm.release.MAX_MODEL_LEN`; and the ``vllm``
+target's rules as vLLM's scheduler asks (partial hash hits at their default,
+:func:`kvhit.engines.vllm.release.capabilities`). A release before 0.24.0 (no
+per-group lookup, so no connector path for divergent hybrid hits) cannot be driven.
+The built-in is :func:`vllm_connector_lookup`, called with the target's options
+(:data:`kvhit.engines.vllm.options.CONNECTOR_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -44,29 +46,29 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from kvhit.contract import Capabilities, QueryTarget
+from kvhit.contract import Capabilities, QueryTarget, Rule
 from kvhit.engines.vllm.compat import accepted
-from kvhit.engines.vllm.connector import (
-    TieredConnector,
-    divergent_hits,
-    loaded_blocks,
-)
+from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
+from kvhit.engines.vllm.options import DIVERGENT, DivergentHits
 from kvhit.engines.vllm.release import (
     MAX_MODEL_LEN,
+    Asker,
+    Release,
+    capabilities,
     hash_block_size,
     import_failure,
-    refusal,
     scheduler_block_size,
 )
-from kvhit.errors import Unsupported
+from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.model.spec import Kind, Query, local_query
 
 try:
@@ -90,7 +92,7 @@ try:
 
     from kvhit.engines.vllm.target import (
         RELEASE,
-        hit_alignment,
+        foreseen,
         kv_cache_config,
         mark_cached,
         request_hashes,
@@ -225,27 +227,51 @@ def prompt_length(q: Query) -> int:
     return q.max_length + 1
 
 
-def refused(q: Query) -> str | None:
-    """Why the target cannot ask vLLM's scheduler ``q``, or None (module docstring)."""
+def within_model_length(q: Query) -> str | None:
+    """The request (:func:`prompt_length`) fits vLLM's ``max_model_len``."""
+    if prompt_length(q) > MAX_MODEL_LEN:
+        return f"longer than max_model_len ({MAX_MODEL_LEN})"
+    return None
+
+
+def connector_capabilities(release: Release) -> Capabilities:
+    """What the ``vllm-connector`` target can ask vLLM ``release`` (module docstring):
+    tiers, no drafters, the ``vllm`` target's rules as the scheduler asks.
+
+    >>> caps = connector_capabilities(RELEASE)
+    >>> caps.tiers, sorted(caps.drafters), caps.rules[0].name
+    (True, [], 'within_model_length')
+    """
+    local = capabilities(Asker(release))
+    return Capabilities(
+        drafters=frozenset(),
+        hash_units=local.hash_units,
+        tiers=True,
+        rules=(Rule(within_model_length.__name__, within_model_length), *local.rules),
+    )
+
+
+CAPABILITIES = connector_capabilities(RELEASE)
+"""What the ``vllm-connector`` target can ask the installed release."""
+
+
+def driven() -> None:
+    """:class:`UndrivableTarget` if the installed release has no connector path."""
     if PATH == ConnectorPath.NONE:
-        return (
+        raise UndrivableTarget(
             f"vLLM {RELEASE.name} has no connector path for divergent hybrid hits "
             "(find_longest_cache_hit_per_group, 0.24.0 and later)"
         )
-    if any(g.drafter is not None for g in q.groups):
-        return "the vllm-connector target runs no drafter (vLLM takes it from a speculative config)"
-    if prompt_length(q) > MAX_MODEL_LEN:
-        return f"longer than max_model_len ({MAX_MODEL_LEN})"
-    return refusal(local_query(q), RELEASE)
 
 
-def build_scheduler(q: Query, num_blocks: int) -> Scheduler:
+def build_scheduler(q: Query, num_blocks: int, divergent: DivergentHits) -> Scheduler:
     """vLLM's scheduler for ``q``'s groups with a pool of ``num_blocks`` blocks (null
-    block included) and kvhit's connector; :class:`Unsupported` where vLLM refuses
-    the configuration or aligns hits other than to A."""
+    block included) and kvhit's connector, saying ``divergent`` to
+    ``supports_divergent_local_hybrid_hits``; :class:`Unsupported` where vLLM refuses
+    the configuration while building it."""
     mamba = any(g.kind == Kind.MAMBA for g in q.groups)
     block_size = scheduler_block_size(q)
-    config = vllm_config(block_size, mamba, str(divergent_hits()))
+    config = vllm_config(block_size, mamba, str(divergent))
     pool = replace(kv_cache_config(q), num_blocks=num_blocks)
     config.cache_config.num_gpu_blocks = num_blocks
     try:
@@ -259,19 +285,15 @@ def build_scheduler(q: Query, num_blocks: int) -> Scheduler:
         )
     except (AssertionError, ValueError) as err:
         raise Unsupported(f"vLLM {RELEASE.name} refuses this configuration: {err}") from None
-    aligned = hit_alignment(built.kv_cache_manager.coordinator, q)
-    if aligned != q.alignment:
-        raise Unsupported(
-            f"vLLM {RELEASE.name} aligns these hits to {aligned}, not A={q.alignment}"
-        )
+    foreseen(built.kv_cache_manager.coordinator, q, Asker(RELEASE))
     return built
 
 
-def scheduler(q: Query) -> Scheduler:
+def scheduler(q: Query, divergent: DivergentHits) -> Scheduler:
     """:func:`build_scheduler` with a pool large enough for the query's cached blocks
     and the request's own."""
     own = sum(-(-prompt_length(q) // g.block_size) + 1 for g in q.groups)
-    return build_scheduler(q, kv_cache_config(q).num_blocks + own)
+    return build_scheduler(q, kv_cache_config(q).num_blocks + own, divergent)
 
 
 @dataclass
@@ -315,13 +337,16 @@ def vllm_request(q: Query, block_size: int) -> Request:
     )
 
 
-def connector_answer(q: Query) -> dict[str, Any]:
-    """What vLLM's scheduler settles on for ``q`` (module docstring): ``length``
-    (local + external tokens) and ``blocks`` per group."""
-    reason = refused(q)
+def connector_answer(q: Query, divergent: DivergentHits = DivergentHits.AUTO) -> dict[str, Any]:
+    """What vLLM's scheduler settles on for ``q`` (module docstring), its connector
+    saying ``divergent``: ``length`` (local + external tokens) and ``blocks`` per group;
+    :class:`Unsupported` with the reason where :data:`CAPABILITIES` refuse ``q``;
+    :class:`UndrivableTarget` on a release with no connector path."""
+    driven()
+    reason = CAPABILITIES.refusal(q)
     if reason is not None:
         raise Unsupported(reason)
-    built = scheduler(q)
+    built = scheduler(q, divergent)
     pool = built.kv_cache_manager.block_pool
     local = local_query(q)
     mark_cached(
@@ -343,5 +368,10 @@ def connector_answer(q: Query) -> dict[str, Any]:
     return {"length": length, "blocks": blocks}
 
 
-vllm_connector_target = QueryTarget(connector_answer, Capabilities(tiers=True))
-"""The ``vllm-connector`` target."""
+def vllm_connector_lookup(options: Mapping[str, str]) -> QueryTarget:
+    """The ``vllm-connector`` target with ``options`` (every one of
+    :data:`kvhit.engines.vllm.options.CONNECTOR_OPTIONS`); :class:`UndrivableTarget`
+    on a release with no connector path."""
+    driven()
+    divergent = DivergentHits(options[DIVERGENT.name])
+    return QueryTarget(partial(connector_answer, divergent=divergent), CAPABILITIES)

@@ -47,20 +47,21 @@ from kvhit.engines.pytest_writer import (
     wrapped,
 )
 from kvhit.engines.vllm.divergences import DIVERGENCES
+from kvhit.engines.vllm.options import EaglePath
 from kvhit.engines.vllm.release import (
     EAGLE_WINDOW_ASSERT,
     MAX_MODEL_LEN,
     PARTIAL_HITS_FLAG,
     TWO_SPECS_ASSERT,
-    EaglePath,
+    Asker,
     Release,
+    capabilities,
     coordinator_keywords,
     flagged,
     hash_block_size,
     hash_lookahead,
     is_draft,
     pool_size,
-    refusal,
     scheduler_block_size,
     shared_lookahead,
 )
@@ -95,7 +96,7 @@ class Feature:
 
     def needed(self, q: Query) -> bool:
         """Whether a release without this feature refuses ``q``."""
-        return refusal(q, replace(EVERY_FEATURE, **self.without)) is not None
+        return not capabilities(Asker(replace(EVERY_FEATURE, **self.without))).allows(q)
 
 
 def without_param(name: str) -> dict[str, Any]:
@@ -537,7 +538,7 @@ def expected(answer: Answer | None, on: str) -> str:
 
 def asked_somewhere(source: str, q: Query) -> None:
     """BadInput if no vLLM release can be asked ``q`` (a lookup, or a program's shape)."""
-    reason = refusal(q, EVERY_FEATURE)
+    reason = capabilities(Asker(EVERY_FEATURE)).refusal(q)
     if reason is not None:
         raise BadInput(f"{source}: no vLLM release can be asked this: {reason}")
 
