@@ -65,7 +65,7 @@ from kvhit.harness.random_cases import CHOICES, QueryShape
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.harness.tally import Tally
 from kvhit.targets.registry import Mode, default_shape
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 
 def folder(module: ModuleType) -> str:

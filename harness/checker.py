@@ -6,7 +6,7 @@ Hypothesis); the checker knows nothing about where they come from. The first
 disagreement of each class is shrunk (keeping its class), saved, then reported to
 ``on_found``; later ones of the same class are only counted.
 
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> from kvhit.harness.random_cases import random_queries
     >>> from kvhit.targets.target_record import TargetRecord
     >>> checker = CaseChecker(TargetSpec("seed-min").open(), TargetRecord("seed-min"))

@@ -8,7 +8,7 @@ of some scopes) or programs of requests on a stateful engine. :func:`run` runs i
 several jobs or Ray for stateless cases, in this process for programs) and returns
 one :class:`~kvhit.harness.tally.Tally`; :func:`gate` is the gate with its defaults.
 
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> tally = gate(TargetSpec("seed-min"), seconds=0.2)
     >>> [str(d.cls) for d in tally.found]
     ['unsafe']
@@ -37,9 +37,9 @@ from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Query
 from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner, alarm_handler
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import Program
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 from kvhit.targets.wire import json_safe
 
 Phases = Callable[[Capabilities], list[Phase]]

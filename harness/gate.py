@@ -2,7 +2,7 @@
 queries for the time budget. Used by ``kvhit gate``, ``kvhit verify`` and the
 pytest plugin.
 
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> from kvhit.targets.target_record import TargetRecord
     >>> tally = run_gate(CaseChecker(TargetSpec("model").open(), TargetRecord("model")), 0.2)
     >>> tally.disagreements, tally.cases > 7000

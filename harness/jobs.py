@@ -16,7 +16,7 @@ cases that other jobs had checked past it before they heard.
 
     >>> from functools import partial
     >>> from kvhit.harness.gate import gate_phases
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> campaign = CaseCampaign(TargetSpec("seed-min"), partial(gate_phases, None, cases=300))
     >>> one, two = run_campaign(campaign, jobs=1), run_campaign(campaign, jobs=2)
     >>> (one.cases, one.counts) == (two.cases, two.counts)
@@ -46,7 +46,7 @@ from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.report import Record
 from kvhit.harness.shrink import SHRINK_SECONDS
 from kvhit.harness.tally import Finding, OnProgress, Tally
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 PLACE = 1 << 40
 """Positions are compared as ``phase * PLACE + number``."""

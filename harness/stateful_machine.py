@@ -25,7 +25,7 @@ spent; each batch's seed is derived from the campaign's, so the same seed and
 options give the same programs.
 
     >>> from kvhit.targets.registry import Mode
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> from kvhit.targets.target_record import TargetRecord
     >>> runner = TargetSpec("impl").open(Mode.STATEFUL)
     >>> tally = run_programs(runner, TargetRecord("impl"), ProgramPlan(steps=6), programs=4)

@@ -117,8 +117,8 @@ BUILTINS: dict[str, BuiltIn] = {
         options="kvhit.engines.vllm.options:LOOKUP_OPTIONS",
     ),
     "vllm-connector": BuiltIn(
-        "kvhit.engines.vllm.tiered:vllm_connector_lookup",
-        "kvhit.engines.vllm.offload:vllm_offload_engine",
+        "kvhit.engines.vllm.connector_lookup:vllm_connector_lookup",
+        "kvhit.engines.vllm.connector_engine:vllm_offload_engine",
         hint=VLLM_HINT,
         options="kvhit.engines.vllm.options:CONNECTOR_OPTIONS",
     ),

@@ -12,7 +12,7 @@ the next call starts a new worker. A program (``--target-cmd``) always runs in i
 own process (:class:`CommandRunner`); the last lines of its stderr go into a crash's
 detail. Child processes get their own process group, so Ctrl-C reaches kvhit only
 and the run can end with its summary. Which runner a target gets is
-:meth:`kvhit.targets.spec.TargetSpec.open`'s choice.
+:meth:`kvhit.targets.target_spec.TargetSpec.open`'s choice.
 
 Loading a target (importing it, starting its worker or its program) is not answering
 a query: it has its own limit (:data:`LOAD_TIMEOUT`, ``--load-timeout``), and the

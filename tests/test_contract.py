@@ -27,7 +27,7 @@ from kvhit.errors import TargetError, Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import CallableRunner, IsolatedRunner
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 MAMBA = parse_query(
     {"groups": [{"kind": "mamba", "block_size": 1}], "cached": ["1"], "max_length": 1}
