@@ -169,7 +169,9 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
         total.refused.update(tally.refused)
-        total.withheld.update(tally.withheld)
+        # every job draws the whole stream and checks its share: each counted the same
+        # withheld cases up to where it stopped, so the furthest job's count is the run's
+        total.withheld |= tally.withheld
         total.interrupted |= tally.interrupted
         total.save_error = total.save_error or tally.save_error
         seen += tally.findings()
