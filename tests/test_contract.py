@@ -154,3 +154,16 @@ def test_a_function_declaring_tiers_is_drawn_them_and_caught_ignoring_them(
     assert code == 1 and report is not None and report["phases"].get("random", 0) == 0
     (found,) = report["disagreements"]
     assert found["query"]["tiers"]
+
+
+def test_what_the_rules_withheld_does_not_grow_with_the_jobs(tmp_path: Path) -> None:
+    """Every job draws the whole stream: the run counts each withheld case once."""
+    withheld = []
+    for jobs in ("1", "2"):
+        code, report, _ = kvhit(
+            "gate", "--target", "declared_targets:windows_of_one_size", "--cases", "500",
+            "--seconds", "600", "--jobs", jobs, "--json", "--out", str(tmp_path), cwd=HERE,
+        )  # fmt: skip
+        assert code == 0 and report is not None
+        withheld.append(report["withheld"])
+    assert withheld[0] == withheld[1] and withheld[0]["one block size only"] > 0
