@@ -28,7 +28,7 @@ from kvhit.analysis import Analysis
 from kvhit.contract import Capabilities
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import judge_reply
-from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases
+from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, run_phases
 from kvhit.harness.jobs import CaseCampaign, run_campaign
 from kvhit.harness.report import Disagreement, Record
 from kvhit.harness.stateful import disagreement_of, run_program
@@ -149,12 +149,10 @@ def gate(
     runner = CallableRunner(target, timeout)
     record = TargetRecord(getattr(target, "__name__", "target"))
     checker = CaseChecker(runner, record, out, stop_at_first=True)
+    caps = runner.capabilities
     with alarm_handler():
-        caps = runner.capabilities
-        for phase in gate_phases(seconds, seed, capabilities=caps, redrawn=checker.tally.withheld):
-            if not checker.run(phase):
-                break
-    return checker.tally
+        phases = gate_phases(seconds, seed, capabilities=caps, redrawn=checker.tally.withheld)
+        return run_phases(checker, phases)
 
 
 @dataclass(frozen=True)
