@@ -19,7 +19,8 @@ sample for the innermost frame that belongs to one of these parts:
 - *protocol*: reading the query from its JSON form, as every target is handed it;
 - *reference*: the model (L*, validity, the finders) that judges each answer, and
   builds the queries of the exhaustive scopes;
-- *harness*: drawing queries, calling the target, judging, counting, shrinking;
+- *harness*: drawing queries, calling the target (``kvhit.targets``: the time limit,
+  the captured output), judging, counting, shrinking;
 - *torch*.
 
 Frames of none of these (Python's library, builtins, pydantic) count for the part
@@ -27,7 +28,10 @@ that called them, as they run on its behalf. Sampling does not slow small functi
 more than large ones, as a tracing profiler does; the shares are of samples, and the
 unsampled time of the same cases is printed above the table.
 
-Below the table, the lookup's share of the engine's own samples: the share's ceiling.
+Below the table: how many replies were ``unsupported`` (with the commonest reasons),
+as a share in the engine's code counts only for cases it can be asked; the lookup's
+share of the engine's own samples (the share's ceiling); and with ``--functions N``
+the N functions with the most samples, each with its part (where to cut).
 
 Left out: starting Python and importing the target (see ``jobs_speedup.py``'s
 start-up column).
@@ -54,12 +58,14 @@ import kvhit.engines
 import kvhit.harness
 import kvhit.impl
 import kvhit.model
+import kvhit.targets
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.jobs import CaseCampaign, run_job
 from kvhit.harness.random_cases import CHOICES, QueryShape
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
+from kvhit.harness.tally import Tally
 from kvhit.targets.registry import Mode, default_shape
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 
 def folder(module: ModuleType) -> str:
@@ -76,7 +82,9 @@ PARTS = (  # the first marker in a file's path names its part (kvhit's engines/v
     (folder(kvhit.impl), "the target (impl): the rest"),
     (folder(kvhit.model) + "protocol.py", "protocol: the query read from JSON"),
     (folder(kvhit.model), "reference"),
+    (folder(kvhit) + "analysis.py", "reference"),
     (folder(kvhit.harness), "harness"),
+    (folder(kvhit.targets), "harness"),
     (folder(kvhit), "harness"),
     (os.sep + "torch" + os.sep, "torch"),
 )
@@ -86,34 +94,48 @@ INTERVAL = 0.001
 """Seconds between samples."""
 
 
-def part_of(frame: FrameType | None) -> str:
+Where = tuple[str, str]
+"""A sample's part and the function it counts for there (its innermost frame in a
+part, as ``qualname (file)``)."""
+
+
+def part_of(frame: FrameType | None) -> Where:
     """The part a sampled stack counts for: that of its innermost frame in a part (an
-    engine's split by whether its lookup is on the stack)."""
-    part = None
+    engine's split by whether its lookup is on the stack), and that frame's function."""
+    part, function = None, "-"
     while frame is not None:
-        filename = frame.f_code.co_filename
+        code = frame.f_code
         if part is None:
-            part = next((name for marker, name in PARTS if marker in filename), None)
-        if part in LOOKUPS and frame.f_code.co_name == LOOKUPS[part]:
-            return f"the target ({part}): {LOOKUPS[part]}"
+            part = next((name for marker, name in PARTS if marker in code.co_filename), None)
+            if part is not None:
+                function = f"{code.co_qualname} ({Path(code.co_filename).name})"
+        if part in LOOKUPS and code.co_name == LOOKUPS[part]:
+            return f"the target ({part}): {LOOKUPS[part]}", function
         frame = frame.f_back
     if part in LOOKUPS:
-        return f"the target ({part}): building the query's state"
-    return part or "the rest"
+        return f"the target ({part}): building the query's state", function
+    return part or "the rest", function
 
 
 class Sampler(threading.Thread):
-    """Counts, every ``INTERVAL`` seconds, the part the watched thread is in."""
+    """Counts, every ``INTERVAL`` seconds, where the watched thread is (:func:`part_of`)."""
 
     def __init__(self, watched: int):
         super().__init__(daemon=True)
         self.watched = watched
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[Where] = Counter()
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(INTERVAL):
             self.counts[part_of(sys._current_frames().get(self.watched))] += 1
+
+    def parts(self) -> Counter[str]:
+        """The samples of each part."""
+        out: Counter[str] = Counter()
+        for (part, _), samples in self.counts.items():
+            out[part] += samples
+        return out
 
 
 CAMPAIGNS = {
@@ -124,33 +146,32 @@ CAMPAIGNS = {
 SGLang's states for ``sglang``)."""
 
 
-def campaign_run(target: str, cases: int, name: str) -> Callable[[], int]:
+def campaign_run(target: str, cases: int, name: str) -> Callable[[], Tally]:
     """One run of campaign ``name`` against ``target`` in this thread, as one job runs
-    it; the run returns how many cases (programs, for ``stateful``) it checked."""
+    it; the run returns its tally."""
     spec = TargetSpec(target, timeout=60.0)
     shape = QueryShape(default_shape(target))
     if name == "stateful":
         plan = ProgramPlan(shape=shape, stop_at_first=False)
 
-        def programs() -> int:
+        def programs() -> Tally:
             runner = spec.open(Mode.STATEFUL)
             try:
-                return run_programs(runner, spec.record, plan, programs=cases).cases
+                return run_programs(runner, spec.record, plan, programs=cases)
             finally:
                 runner.close()
 
         return programs
     campaign = CaseCampaign(spec, CAMPAIGNS[name](cases, shape))
-    return lambda: run_job(campaign, 0, 1, lambda _: None).cases
+    return lambda: run_job(campaign, 0, 1, lambda _: None)
 
 
-def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Counter[str]]:
+def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, Tally, Sampler]:
     """Seconds of one run of campaign ``name`` with ``cases`` random cases (or
-    programs), unsampled, the cases it checked, and the samples of each part in a
-    second run of them."""
+    programs), unsampled, its tally, and the samples of a second run of them."""
     run = campaign_run(target, cases, name)
     start = time.perf_counter()
-    checked = run()
+    tally = run()
     seconds = time.perf_counter() - start
     sampler = Sampler(threading.get_ident())
     switch = sys.getswitchinterval()
@@ -160,7 +181,30 @@ def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Co
     sampler.done.set()
     sampler.join()
     sys.setswitchinterval(switch)
-    return seconds, checked, sampler.counts
+    return seconds, tally, sampler
+
+
+def print_askable(console: Console, tally: Tally) -> None:
+    """How many of the run's replies were ``unsupported``, and the commonest reasons:
+    a share of a campaign in the engine's code means something only for cases it can
+    be asked."""
+    replies = sum(tally.counts.values())
+    refused = sum(tally.refused.values())
+    console.print(
+        f"unsupported: {refused:,} of {replies:,} replies ({refused / max(1, replies):.0%})"
+    )
+    for reason, n in tally.refused.most_common(3):
+        console.print(f"  {n:,}: {reason}")
+
+
+def function_table(counts: Counter[Where], top: int, total: int) -> Table:
+    """The ``top`` functions with the most samples: where each part's time is spent."""
+    table = Table(title=f"the {top} functions with the most samples (innermost frame in a part)")
+    for column in ("function", "part", "share"):
+        table.add_column(column, justify="right" if column == "share" else "left")
+    for (part, function), samples in counts.most_common(top):
+        table.add_row(function, part, f"{samples / total:.1%}")
+    return table
 
 
 @click.command()
@@ -173,9 +217,17 @@ def profile(target: str, cases: int, name: str = "fuzz") -> tuple[float, int, Co
     show_default=True,
     help="stateful: --cases programs of requests on the target's stateful engine",
 )
-def main(target: str, cases: int, campaign: str) -> None:
+@click.option(
+    "--functions",
+    default=0,
+    show_default=True,
+    help="Also list the N functions with the most samples, with their parts.",
+)
+def main(target: str, cases: int, campaign: str, functions: int) -> None:
     """Print each part's share of one job's time."""
-    seconds, checked, counts = profile(target, cases, campaign)
+    seconds, tally, sampler = profile(target, cases, campaign)
+    counts = sampler.parts()
+    checked = tally.cases
     total = sum(counts.values())
     unit = "program" if campaign == "stateful" else "case"
     title = f"{campaign} --target {target} --cases {cases:,}, one job: {checked:,} {unit}s"
@@ -187,6 +239,9 @@ def main(target: str, cases: int, campaign: str) -> None:
         table.add_row(part, f"{share:.0%}", f"{share * seconds / checked * 1e6:,.0f}")
     console = Console(width=120)
     console.print(table)
+    print_askable(console, tally)
+    if functions:
+        console.print(function_table(sampler.counts, functions, total))
     for engine, name in LOOKUPS.items():
         looked = counts[f"the target ({engine}): {name}"]
         own = looked + counts[f"the target ({engine}): building the query's state"]

@@ -25,8 +25,8 @@ from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.gate import exhaustive_cases, random_cases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.model.spec import Group
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 
 BIG_SCOPE = exhaustive.Scope.of(
     (Group("full", 1), Group("sliding_window", 1, window=3), Group("mamba", 1)), max_length=8

@@ -38,7 +38,7 @@ from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import judge_reply
 from kvhit.harness.gate import gate_phases, random_phases
 from kvhit.harness.random_cases import CHOICES
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 Campaign = Callable[[], list[Phase]]
 NO_TIME_BOUND = 86_400.0

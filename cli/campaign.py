@@ -57,8 +57,8 @@ from kvhit.harness.strategies import hypothesis_files_in
 from kvhit.harness.tally import Tally
 from kvhit.inputs import read_text, writable
 from kvhit.model.protocol import QueryError
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 
 FUZZ_SECONDS = 10.0
 MAX_STATES = 1 << 24

@@ -44,7 +44,7 @@ from kvhit.analysis import DISAGREEMENTS, Verdict
 from kvhit.cli.options import option_option, parse_options, timeout_option
 from kvhit.engines.vllm.divergences import CONNECTOR_CLASSES, in_release
 from kvhit.errors import BadInput, TargetError
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 COLUMNS = (Verdict.OK, *DISAGREEMENTS, Verdict.UNSUPPORTED)
 DEFAULT_CASES = 20_000

@@ -1,5 +1,5 @@
 """The options ``kvhit fuzz``, ``gate`` and ``replay`` share, handed to a command as one
-:class:`~kvhit.targets.spec.TargetSpec` and one :class:`RunSettings`."""
+:class:`~kvhit.targets.target_spec.TargetSpec` and one :class:`RunSettings`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from kvhit.harness.jobs import default_jobs
 from kvhit.harness.random_cases import CHOICES, Choice, QueryShape, choices
 from kvhit.targets.registry import default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, LOAD_TIMEOUT
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 REPLAY_OUT = "kvhit-disagreements"
 DEFAULT_STEPS = 20

@@ -6,7 +6,7 @@ Hypothesis); the checker knows nothing about where they come from. The first
 disagreement of each class is shrunk (keeping its class), saved, then reported to
 ``on_found``; later ones of the same class are only counted.
 
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> from kvhit.harness.random_cases import random_queries
     >>> from kvhit.targets.target_record import TargetRecord
     >>> checker = CaseChecker(TargetSpec("seed-min").open(), TargetRecord("seed-min"))
@@ -19,8 +19,10 @@ disagreement of each class is shrunk (keeping its class), saved, then reported t
 
 from __future__ import annotations
 
+import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
@@ -32,9 +34,24 @@ from kvhit.harness.report import Disagreement
 from kvhit.harness.shrink import SHRINK_SECONDS, shrink
 from kvhit.harness.tally import Tally
 from kvhit.model.spec import Answer, Query
-from kvhit.targets.runner import Runner, alarm_handler
+from kvhit.targets.runner import Runner, alarm_handler, on_main_thread
 from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.wire import json_safe
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) held back until the block ends, on the main thread: a swap of
+    saved files is never cut in half, leaving a file no report names."""
+    if not on_main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
 
 Case = tuple[Query, Answer | None]  # the query and, when the source knows it, L*'s answer
 
@@ -119,20 +136,22 @@ class CaseChecker:
         one in its place, then hand it to ``on_found``. What was seen is on disk (and
         in the tally) before shrinking starts, so a run stopped while shrinking keeps it."""
         tally = self.tally
-        tally.found.append(seen)
-        tally.saved.append(first := self.keep(seen))
-        self.on_saved(tally)
+        with interrupts_deferred():
+            tally.found.append(seen)
+            tally.saved.append(first := self.keep(seen))
+            self.on_saved(tally)
         cls = seen.cls
         small = shrink(seen.analysis, lambda c: self.judge(c)[0].cls == cls, self.shrink_seconds)
         outcome, answer = self.judge(small)
         found = seen  # kept when the target is not deterministic
         if outcome.cls == cls:
             found = Disagreement(self.target, cls, small, json_safe(answer), outcome.reason)
-        path = self.keep(found)
-        tally.found[-1], tally.saved[-1] = found, path
-        self.on_saved(tally)
-        if first is not None and first != path:
-            first.unlink(missing_ok=True)
+        with interrupts_deferred():  # the files on disk and the tally change together
+            path = self.keep(found)
+            tally.found[-1], tally.saved[-1] = found, path
+            if first is not None and first != path:
+                first.unlink(missing_ok=True)
+            self.on_saved(tally)
         self.on_found(found, path)
         return found
 

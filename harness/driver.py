@@ -8,7 +8,7 @@ of some scopes) or programs of requests on a stateful engine. :func:`run` runs i
 several jobs or Ray for stateless cases, in this process for programs) and returns
 one :class:`~kvhit.harness.tally.Tally`; :func:`gate` is the gate with its defaults.
 
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> tally = gate(TargetSpec("seed-min"), seconds=0.2)
     >>> [str(d.cls) for d in tally.found]
     ['unsafe']
@@ -28,7 +28,7 @@ from kvhit.analysis import Analysis
 from kvhit.contract import Capabilities
 from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import judge_reply
-from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases
+from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, run_phases
 from kvhit.harness.jobs import CaseCampaign, run_campaign
 from kvhit.harness.report import Disagreement, Record
 from kvhit.harness.stateful import disagreement_of, run_program
@@ -37,9 +37,9 @@ from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Query
 from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner, alarm_handler
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import Program
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 from kvhit.targets.wire import json_safe
 
 Phases = Callable[[Capabilities], list[Phase]]
@@ -149,12 +149,10 @@ def gate(
     runner = CallableRunner(target, timeout)
     record = TargetRecord(getattr(target, "__name__", "target"))
     checker = CaseChecker(runner, record, out, stop_at_first=True)
+    caps = runner.capabilities
     with alarm_handler():
-        caps = runner.capabilities
-        for phase in gate_phases(seconds, seed, capabilities=caps, redrawn=checker.tally.withheld):
-            if not checker.run(phase):
-                break
-    return checker.tally
+        phases = gate_phases(seconds, seed, capabilities=caps, redrawn=checker.tally.withheld)
+        return run_phases(checker, phases)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """The gate's plan: exhaustive small scopes, then the solver corpus, then random
-queries for the time budget. Used by ``kvhit gate``, ``kvhit verify`` and the
-pytest plugin.
+queries for the time budget, each of what the target declares. Run through the front
+door (:mod:`kvhit.harness.driver`) by ``kvhit gate``, ``kvhit verify`` and the pytest
+plugin.
 
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> from kvhit.targets.target_record import TargetRecord
-    >>> tally = run_gate(CaseChecker(TargetSpec("model").open(), TargetRecord("model")), 0.2)
+    >>> runner = TargetSpec("model").open()
+    >>> phases = gate_phases(0.2, capabilities=runner.capabilities)
+    >>> tally = run_phases(CaseChecker(runner, TargetRecord("model")), phases)
     >>> tally.disagreements, tally.cases > 7000
     (0, True)
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
-from kvhit.contract import BASE, Capabilities, capabilities_of
+from kvhit.contract import BASE, Capabilities
 from kvhit.harness import corpus, exhaustive
 from kvhit.harness.checker import Case, CaseChecker, Phase
 from kvhit.harness.random_cases import CHOICES, QueryShape, random_queries
@@ -115,15 +118,3 @@ def run_phases(checker: CaseChecker, phases: Sequence[Phase]) -> Tally:
         if not checker.run(phase):
             break
     return checker.tally
-
-
-def run_gate(
-    checker: CaseChecker,
-    seconds: float = DEFAULT_SECONDS,
-    seed: int = 0,
-    shape: str = QueryShape.ANY,
-) -> Tally:
-    """The gate with its defaults on ``checker``, random queries of ``shape``, of what
-    its target declares (its runner's capabilities); its tally."""
-    capabilities = capabilities_of(checker.runner)
-    return run_phases(checker, gate_phases(seconds, seed, shape=shape, capabilities=capabilities))

@@ -16,7 +16,7 @@ cases that other jobs had checked past it before they heard.
 
     >>> from functools import partial
     >>> from kvhit.harness.gate import gate_phases
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> campaign = CaseCampaign(TargetSpec("seed-min"), partial(gate_phases, None, cases=300))
     >>> one, two = run_campaign(campaign, jobs=1), run_campaign(campaign, jobs=2)
     >>> (one.cases, one.counts) == (two.cases, two.counts)
@@ -46,7 +46,7 @@ from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.report import Record
 from kvhit.harness.shrink import SHRINK_SECONDS
 from kvhit.harness.tally import Finding, OnProgress, Tally
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 PLACE = 1 << 40
 """Positions are compared as ``phase * PLACE + number``."""
@@ -169,7 +169,9 @@ def merge(label: str, tallies: list[Tally]) -> Tally:
         total.counts.update(tally.counts)
         total.by_phase.update(tally.by_phase)
         total.refused.update(tally.refused)
-        total.withheld.update(tally.withheld)
+        # every job draws the whole stream and checks its share: each counted the same
+        # withheld cases up to where it stopped, so the furthest job's count is the run's
+        total.withheld |= tally.withheld
         total.interrupted |= tally.interrupted
         total.save_error = total.save_error or tally.save_error
         seen += tally.findings()

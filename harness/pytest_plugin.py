@@ -22,7 +22,7 @@ import pytest
 
 from kvhit.harness.tally import Tally
 from kvhit.targets.runner import CALL_TIMEOUT
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 Gate = Callable[..., Tally]
 

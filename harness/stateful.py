@@ -24,7 +24,7 @@ class, as for stateless targets; ``rejected`` (the pool cannot hold the request)
 ``unsupported`` (the engine refuses the configuration) are counted, not disagreements.
 
     >>> from kvhit.targets.registry import Mode
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> program = Program.from_json({"groups": [{"kind": "full", "block_size": 2}],
     ...     "num_blocks": 8, "ops": [{"op": "admit", "request": 0, "tokens": [1, 2, 3]},
     ...                              {"op": "admit", "request": 1, "tokens": [1, 2, 4]}]})

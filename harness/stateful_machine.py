@@ -25,7 +25,7 @@ spent; each batch's seed is derived from the campaign's, so the same seed and
 options give the same programs.
 
     >>> from kvhit.targets.registry import Mode
-    >>> from kvhit.targets.spec import TargetSpec
+    >>> from kvhit.targets.target_spec import TargetSpec
     >>> from kvhit.targets.target_record import TargetRecord
     >>> runner = TargetSpec("impl").open(Mode.STATEFUL)
     >>> tally = run_programs(runner, TargetRecord("impl"), ProgramPlan(steps=6), programs=4)
@@ -297,12 +297,13 @@ class Budget:
 
 @dataclass
 class Hunt:
-    """A class being shrunk: the shortest failing program seen so far, and when
-    shrinking stops."""
+    """A class being shrunk: the shortest failing program seen so far, when shrinking
+    stops, and the file the program was saved to as first seen (None: not saved)."""
 
     cls: str
     deadline: float
     best: ProgramDisagreement
+    seen_file: Path | None = None
 
 
 @dataclass
@@ -368,9 +369,10 @@ class ProgramCampaign:
         # class (or of a class found already) ends it unfailed
         assume(wanted)
         found = disagreement_of(self.target, run.program, [*run.steps])
-        if hunt is None:
+        if hunt is None:  # saved as seen, before shrinking: a run cut short keeps it
             tally.found_at.append((0, tally.cases - 1))
-            self.hunt = Hunt(cls, time.monotonic() + self.plan.shrink_seconds, found)
+            seen = tally.keep(found, self.plan.out_dir)
+            self.hunt = Hunt(cls, time.monotonic() + self.plan.shrink_seconds, found, seen)
         elif size(found) < size(hunt.best):
             hunt.best = found
         raise Found(f"{cls}: {step.outcome.reason}")
@@ -434,10 +436,15 @@ class ProgramCampaign:
             self.keep(found)
 
     def keep(self, found: ProgramDisagreement) -> None:
-        """Put ``found`` in the tally and save it (a failed save is said, not raised)."""
+        """Put ``found`` in the tally and save it in place of the program saved as first
+        seen (a failed save is said, not raised)."""
+        seen = self.hunt.seen_file if self.hunt is not None else None
         self.hunt = None
+        path = self.tally.keep(found, self.plan.out_dir)
         self.tally.found.append(found)
-        self.tally.saved.append(self.tally.keep(found, self.plan.out_dir))
+        self.tally.saved.append(path)
+        if seen is not None and seen != path:
+            seen.unlink(missing_ok=True)
 
 
 def replayed(runner: Runner, shrunk: ProgramDisagreement) -> ProgramDisagreement:

@@ -137,10 +137,13 @@ class Group:
     window_convention: WindowConvention = field(default=WindowConvention.INCLUSIVE, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", Kind(self.kind))
-        if self.drafter is not None:
+        # Groups are rebuilt for every normal form of every query: convert only strings.
+        if type(self.kind) is not Kind:
+            object.__setattr__(self, "kind", Kind(self.kind))
+        if self.drafter is not None and type(self.drafter) is not Drafter:
             object.__setattr__(self, "drafter", Drafter(self.drafter))
-        object.__setattr__(self, "window_convention", WindowConvention(self.window_convention))
+        if type(self.window_convention) is not WindowConvention:
+            object.__setattr__(self, "window_convention", WindowConvention(self.window_convention))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)

@@ -73,15 +73,22 @@ class BuiltIn:
     (:class:`kvhit.harness.random_cases.QueryShape`, the same for both modes), what to
     say when it cannot be imported, and what its lookup would otherwise import in its
     first call (``preload``, a ``module:attr`` imported with it, so that loading, not
-    the first query, pays for it). With ``options``, its entries name factories, each
-    called with every option's value (:func:`resolved_options`)."""
+    the first query, pays for it). With ``options`` (the ``module:attr`` of a tuple of
+    :class:`~kvhit.contract.Option`, in a module light enough to import without the
+    engine), its entries name factories, each called with every option's value
+    (:func:`resolved_options`)."""
 
     lookup: str | None = None
     stateful: str | None = None
     shape: str = "any"
     hint: str = ""
     preload: str | None = None
-    options: tuple[Option, ...] = ()
+    options: str | None = None
+
+    def declared_options(self) -> dict[str, Option]:
+        """The options it takes, by name."""
+        found = import_attr(self.options) if self.options else ()
+        return {option.name: option for option in found}
 
     def entry(self, mode: Mode) -> str | None:
         """Its ``module:attr`` in ``mode``."""
@@ -90,18 +97,6 @@ class BuiltIn:
 
 VLLM_HINT = (
     "vLLM is not installed here; install it with scripts/install-vllm.sh (see docs/engines/vllm.md)"
-)
-EAGLE_OPTION = Option(
-    "eagle",
-    ("default", "drop"),
-    "how vLLM runs a query's drafters: `default` as the query states them; `drop` the "
-    "eagle drop on every release, a lookahead drafter refused (docs/engines/vllm.md)",
-)
-DIVERGENT_OPTION = Option(
-    "divergent",
-    ("auto", "on", "off"),
-    "what kvhit's KV connector says to supports_divergent_local_hybrid_hits: `auto` "
-    "claims it when a tier holds the Mamba kind",
 )
 SGLANG_HINT = "SGLang is not installed here; install it with scripts/install-sglang.sh (see docs/engines/sglang.md)"
 
@@ -113,19 +108,19 @@ BUILTINS: dict[str, BuiltIn] = {
         "kvhit.engines.vllm.target:vllm_lookup",
         "kvhit.engines.vllm.manager:vllm_manager_engine",
         hint=VLLM_HINT,
-        options=(EAGLE_OPTION,),
+        options="kvhit.engines.vllm.options:LOOKUP_OPTIONS",
     ),
     "vllm-undocumented": BuiltIn(
         "kvhit.engines.vllm.divergences:vllm_outside_divergences",
         hint=VLLM_HINT,
         preload="kvhit.engines.vllm.target:vllm_lookup",
-        options=(EAGLE_OPTION,),
+        options="kvhit.engines.vllm.options:LOOKUP_OPTIONS",
     ),
     "vllm-connector": BuiltIn(
-        "kvhit.engines.vllm.tiered:vllm_connector_lookup",
-        "kvhit.engines.vllm.offload:vllm_offload_engine",
+        "kvhit.engines.vllm.connector_lookup:vllm_connector_lookup",
+        "kvhit.engines.vllm.connector_engine:vllm_offload_engine",
         hint=VLLM_HINT,
-        options=(DIVERGENT_OPTION,),
+        options="kvhit.engines.vllm.options:CONNECTOR_OPTIONS",
     ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",
@@ -170,7 +165,7 @@ def entry_of(name: str, mode: Mode) -> str:
 def resolved_options(name: str, given: Mapping[str, str]) -> dict[str, str]:
     """Every option target ``name`` declares, with the value ``given`` or its default;
     :class:`TargetError` for an option it does not declare or a value it does not take."""
-    declared = {o.name: o for o in BUILTINS[name].options} if name in BUILTINS else {}
+    declared = BUILTINS[name].declared_options() if name in BUILTINS else {}
     for key, value in given.items():
         if not declared:
             raise TargetError(f"target {name!r} takes no options")

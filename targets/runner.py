@@ -12,7 +12,7 @@ the next call starts a new worker. A program (``--target-cmd``) always runs in i
 own process (:class:`CommandRunner`); the last lines of its stderr go into a crash's
 detail. Child processes get their own process group, so Ctrl-C reaches kvhit only
 and the run can end with its summary. Which runner a target gets is
-:meth:`kvhit.targets.spec.TargetSpec.open`'s choice.
+:meth:`kvhit.targets.target_spec.TargetSpec.open`'s choice.
 
 Loading a target (importing it, starting its worker or its program) is not answering
 a query: it has its own limit (:data:`LOAD_TIMEOUT`, ``--load-timeout``), and the
@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
@@ -57,7 +57,7 @@ from kvhit.targets.registry import Mode
 from kvhit.targets.stateful import EngineHost, Message
 from kvhit.targets.wire import BadReturn
 
-Target = LookupTarget | Callable[[dict[str, Any]], Any] | EngineHost
+Target = LookupTarget | EngineHost
 """What a runner in this process calls: a lookup target, or a host of stateful
 messages (:class:`kvhit.targets.stateful.EngineHost`)."""
 
@@ -268,14 +268,12 @@ def call_target(func: Target, message: Sent, limit: float | None = None) -> Repl
 def answer_of(func: Target, message: Sent) -> Any:
     """What ``func`` answers to ``message``: a lookup target is asked the query (a
     protocol message is parsed first, at the process boundary), a host of stateful
-    messages gets the typed message."""
-    if isinstance(func, LookupTarget):
-        return func.ask(message if isinstance(message, Query) else parse_query(message))
+    messages gets the typed message. (A concrete class is tested first: testing a
+    runtime protocol costs more than many a target's answer.)"""
     if isinstance(func, EngineHost):
         assert not isinstance(message, dict | Query), "a stateful host takes typed messages"
         return func(message)
-    assert isinstance(message, dict), "a function of protocol messages takes one"
-    return func(message)
+    return func.ask(message if isinstance(message, Query) else parse_query(message))
 
 
 def load_overrun(name: str, limit: float, where: str = "") -> str:

@@ -4,9 +4,11 @@ options are checked against what it declares."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from test_harness_cli import HERE, kvhit
 
 from kvhit.contract import (
     BASE,
@@ -25,7 +27,7 @@ from kvhit.errors import TargetError, Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import CallableRunner, IsolatedRunner
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 MAMBA = parse_query(
     {"groups": [{"kind": "mamba", "block_size": 1}], "cached": ["1"], "max_length": 1}
@@ -130,3 +132,38 @@ def test_an_engine_config_reads_as_a_query_of_its_configuration() -> None:
     assert (q.max_length, q.num_tokens, [t.name for t in q.tiers]) == (8, 9, ["cpu"])
     assert BASE.refusal(q) is not None and Capabilities(tiers=True).refusal(q) is None
     assert config.to_json()["tiers"] == [{"name": "cpu", "holds": ["full"], "num_blocks": 4}]
+
+
+def test_the_gate_asks_a_declared_function_only_what_it_declares(tmp_path: Path) -> None:
+    code, report, _ = kvhit(
+        "gate", "--target", "declared_targets:windows_of_one_size", "--cases", "2000",
+        "--seconds", "600", "--json", "--out", str(tmp_path), cwd=HERE,
+    )  # fmt: skip
+    assert code == 0 and report is not None
+    assert set(report["counts"]) == {"ok"} and report["cases"] > 2000
+    assert report["withheld"]["one block size only"] > 0
+
+
+def test_a_function_declaring_tiers_is_drawn_them_and_caught_ignoring_them(
+    tmp_path: Path,
+) -> None:
+    code, report, _ = kvhit(
+        "gate", "--target", "declared_targets:pool_only", "--seconds", "0", "--json",
+        "--out", str(tmp_path), cwd=HERE,
+    )  # fmt: skip
+    assert code == 1 and report is not None and report["phases"].get("random", 0) == 0
+    (found,) = report["disagreements"]
+    assert found["query"]["tiers"]
+
+
+def test_what_the_rules_withheld_does_not_grow_with_the_jobs(tmp_path: Path) -> None:
+    """Every job draws the whole stream: the run counts each withheld case once."""
+    withheld = []
+    for jobs in ("1", "2"):
+        code, report, _ = kvhit(
+            "gate", "--target", "declared_targets:windows_of_one_size", "--cases", "500",
+            "--seconds", "600", "--jobs", jobs, "--json", "--out", str(tmp_path), cwd=HERE,
+        )  # fmt: skip
+        assert code == 0 and report is not None
+        withheld.append(report["withheld"])
+    assert withheld[0] == withheld[1] and withheld[0]["one block size only"] > 0

@@ -13,9 +13,9 @@ from kvhit_modules import ROOT, modules
 NEEDS = {  # modules that import an optional engine
     "kvhit.engines.vllm.target": "vllm",
     "kvhit.engines.vllm.manager": "vllm",
-    "kvhit.engines.vllm.connector": "vllm",
-    "kvhit.engines.vllm.tiered": "vllm",
-    "kvhit.engines.vllm.offload": "vllm",
+    "kvhit.engines.vllm.kv_connector": "vllm",
+    "kvhit.engines.vllm.connector_lookup": "vllm",
+    "kvhit.engines.vllm.connector_engine": "vllm",
     "kvhit.engines.sglang.target": "sglang",
     "kvhit.engines.sglang.cache": "sglang",
     "kvhit.engines.sglang.hicache": "sglang",

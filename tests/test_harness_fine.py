@@ -31,8 +31,8 @@ from kvhit.model.spec import (
     longest_hit,
 )
 from kvhit.targets.runner import Reply
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 
 
 def partial(q: Query) -> bool:

@@ -13,7 +13,7 @@ from kvhit.cli.campaign import untimed
 from kvhit.harness.gate import random_phases
 from kvhit.harness.jobs import CaseCampaign, run_campaign
 from kvhit.harness.random_cases import CHOICES
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 
 @pytest.fixture(autouse=True)

@@ -31,8 +31,8 @@ from kvhit.proofs import corpus_states
 from kvhit.targets import registry as targets
 from kvhit.targets.registry import model_target, seed_min_target
 from kvhit.targets.runner import CallableRunner, CommandRunner, Reply
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 
 pytest_plugins = ["pytester"]
 PLUGIN = "kvhit.harness.pytest_plugin"

@@ -11,7 +11,7 @@ from kvhit.cli.options import RunSettings
 from kvhit.harness.gate import gate_phases
 from kvhit.harness.random_cases import QueryShape, prefix_blocks, random_queries
 from kvhit.model.spec import Kind, Query, longest_hit
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 
 def tree_holds(q: Query) -> bool:

@@ -26,7 +26,7 @@ from kvhit.errors import TargetError
 from kvhit.targets import registry
 from kvhit.targets.registry import VLLM_HINT, BuiltIn
 from kvhit.targets.runner import CallableRunner, CommandRunner, IsolatedRunner, captured
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 HERE = Path(__file__).parent
 CHATTY = "chatty_targets"

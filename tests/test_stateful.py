@@ -23,7 +23,6 @@ from kvhit.model.protocol import QueryError
 from kvhit.model.spec import Group, Upto
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import CallableRunner, CommandRunner, Reply, Runner
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import (
     Admission,
     Admit,
@@ -35,6 +34,7 @@ from kvhit.targets.stateful import (
     decode_admit,
 )
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 from kvhit.targets.wire import BadReturn
 
 BROKEN = "broken_stateful"

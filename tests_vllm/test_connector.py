@@ -1,4 +1,4 @@
-"""The ``vllm-connector`` target (kvhit.engines.vllm.tiered): vLLM's scheduler and KV
+"""The ``vllm-connector`` target (kvhit.engines.vllm.connector_lookup): vLLM's scheduler and KV
 connector path under the installed release, judged against the spec of tiered
 queries (docs/design.md §1.7); the classes per path are those docs/findings-vllm.md
 ("Connectors and divergent hits") gives."""
@@ -14,10 +14,10 @@ import pytest
 
 from kvhit.analysis import Analysis, Verdict
 from kvhit.contract import Capabilities
+from kvhit.engines.vllm.connector_lookup import PATH, ConnectorPath, connector_answer
 from kvhit.engines.vllm.divergences import release_key
 from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.target import RELEASE, vllm_answer
-from kvhit.engines.vllm.tiered import PATH, ConnectorPath, connector_answer
 from kvhit.errors import UndrivableTarget, Unsupported
 from kvhit.harness.compare import judge_reply
 from kvhit.harness.random_cases import random_queries
@@ -26,8 +26,8 @@ from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query, local_query, longest_hit
 from kvhit.targets.registry import Mode
 from kvhit.targets.runner import Reply
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import Program
+from kvhit.targets.target_spec import TargetSpec
 
 RELEASES_DIR = Path(sys.prefix) / "vllm"
 OLDER = sorted(
@@ -208,7 +208,7 @@ def run_under(release: str, code: str) -> subprocess.CompletedProcess[str]:
 
 
 ASK = """
-from kvhit.engines.vllm.tiered import vllm_connector_lookup
+from kvhit.engines.vllm.connector_lookup import vllm_connector_lookup
 from kvhit.errors import UndrivableTarget
 try:
     print(vllm_connector_lookup({"divergent": "auto"}))

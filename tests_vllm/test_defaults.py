@@ -16,7 +16,7 @@ from kvhit.engines.vllm.target import RELEASE, build_coordinator, lookup
 from kvhit.errors import Unsupported
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Drafter, Query, longest_hit
-from kvhit.targets.spec import TargetSpec
+from kvhit.targets.target_spec import TargetSpec
 
 FULL_MAMBA = [{"kind": "full", "block_size": 4}, {"kind": "mamba", "block_size": 4}]
 

@@ -32,8 +32,8 @@ from kvhit.harness.gate import corpus_cases, exhaustive_cases, random_cases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.model.protocol import parse_query
 from kvhit.model.spec import Query
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 
 RANDOM_CASES = 2000
 SCOPE_CASES = 3000

@@ -18,9 +18,9 @@ from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Upto
 from kvhit.targets.registry import Mode, load
 from kvhit.targets.runner import CallableRunner, Runner
-from kvhit.targets.spec import TargetSpec
 from kvhit.targets.stateful import EngineHost, Program, parse_config
 from kvhit.targets.target_record import TargetRecord
+from kvhit.targets.target_spec import TargetSpec
 
 PROGRAMS = 150
 

@@ -2,7 +2,7 @@
 spilling evicted blocks to an offload store that kvhit's connector restores from.
 
 The engine is vLLM's real ``Scheduler`` with kvhit's connector
-(:func:`kvhit.engines.vllm.tiered.build_scheduler`), its pool of ``num_blocks`` blocks
+(:func:`kvhit.engines.vllm.connector_lookup.build_scheduler`), its pool of ``num_blocks`` blocks
 (plus vLLM's null block). The program's store (at most one: the configuration's
 :class:`~kvhit.contract.Store`, its kinds and ``num_blocks`` slots) is the connector's
 (:class:`SlotStore`): whenever vLLM's block pool evicts a cached block
@@ -19,7 +19,7 @@ until the prompt is computed (vLLM may split a Mamba prefill at its block bounda
 the running requests have nothing left to compute, so nothing else is scheduled; a
 split prefill that cannot go on in the pool is ``rejected``, :meth:`VllmOffloadEngine.stalled`).
 Everything on the way is vLLM's: the local lookup, the connector path of the release
-(:class:`kvhit.engines.vllm.tiered.ConnectorPath`), allocation, eviction, caching. The
+(:class:`kvhit.engines.vllm.connector_lookup.ConnectorPath`), allocation, eviction, caching. The
 answer is the hit (local + external tokens), the blocks taken from the pool and from
 the store, the tables as they stood for the prefill (:meth:`VllmOffloadEngine.tables`),
 and the moves: the spills made during the admit, then the restores, the blocks the
@@ -32,7 +32,7 @@ the blocks that left a window.
 the store's, as its tier.
 
 What it declares (:data:`OFFLOAD_CAPABILITIES`): what the stateless target declares
-(:func:`kvhit.engines.vllm.tiered.connector_capabilities`), but no hash unit (the store
+(:func:`kvhit.engines.vllm.connector_lookup.connector_capabilities`), but no hash unit (the store
 keeps whole blocks) and at most one store.
 """
 
@@ -53,11 +53,11 @@ from kvhit.contract import (
     Store,
     TierMove,
 )
-from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
+from kvhit.engines.vllm.connector_lookup import CAPABILITIES, build_scheduler, driven, observe
+from kvhit.engines.vllm.kv_connector import TieredConnector, loaded_blocks
 from kvhit.engines.vllm.manager import snapshot_row
 from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure
-from kvhit.engines.vllm.tiered import CAPABILITIES, build_scheduler, driven, observe
 from kvhit.errors import TargetError, Unsupported
 from kvhit.model.spec import Query, Tier, Upto, local_query
 

@@ -5,7 +5,7 @@ What is driven, for each query (nothing of vLLM is restated):
 
 1. vLLM's real ``Scheduler`` (``v1/core/sched/scheduler.py``), built on CPU from a
    ``VllmConfig`` whose ``kv_transfer_config`` names kvhit's connector
-   (:class:`kvhit.engines.vllm.connector.TieredConnector`, created by vLLM's
+   (:class:`kvhit.engines.vllm.kv_connector.TieredConnector`, created by vLLM's
    ``KVConnectorFactory``), and the query's ``KVCacheConfig`` (the ``vllm`` target's
    specs, :func:`kvhit.engines.vllm.target.kv_cache_config`, with room for the
    request's own blocks). vLLM's ``ModelConfig`` needs a model: a two-layer config
@@ -29,7 +29,7 @@ What is driven, for each query (nothing of vLLM is restated):
    (``update_state_after_alloc``). ``length`` is local + external; ``blocks`` per
    group are the local blocks vLLM took (non-null entries of ``new_computed_blocks``)
    together with the blocks the connector loads past the local boundary
-   (:func:`kvhit.engines.vllm.connector.loaded_blocks`).
+   (:func:`kvhit.engines.vllm.kv_connector.loaded_blocks`).
 
 What it declares (:func:`connector_capabilities`): tiers; no drafters (vLLM's
 scheduler takes them from a speculative config, which needs a drafter model); no
@@ -57,7 +57,7 @@ import torch
 
 from kvhit.contract import Capabilities, QueryTarget, Rule
 from kvhit.engines.vllm.compat import accepted
-from kvhit.engines.vllm.connector import TieredConnector, loaded_blocks
+from kvhit.engines.vllm.kv_connector import TieredConnector, loaded_blocks
 from kvhit.engines.vllm.options import DIVERGENT, DivergentHits
 from kvhit.engines.vllm.release import (
     MAX_MODEL_LEN,
@@ -103,7 +103,7 @@ except ImportError as err:
 for _name in ("vllm", "vllm.distributed", "vllm.v1"):
     logging.getLogger(_name).setLevel(logging.ERROR)
 
-CONNECTOR = "kvhit.engines.vllm.connector"
+CONNECTOR = "kvhit.engines.vllm.kv_connector"
 """The module vLLM's connector factory imports kvhit's connector from."""
 
 
