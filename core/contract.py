@@ -37,6 +37,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from kvhit.errors import Unsupported
+from kvhit.model.protocol import parse_query
 from kvhit.model.spec import DRAFTERS, Drafter, Group, Kind, Query, Tier, Upto, WindowConvention
 
 Refusal = Callable[[Query], str | None]
@@ -254,8 +255,6 @@ class QueryTarget:
     capabilities: Capabilities = BASE
 
     def __call__(self, message: dict[str, Any]) -> Any:
-        from kvhit.model.protocol import parse_query
-
         return self.ask(parse_query(message))
 
     def ask(self, q: Query) -> Any:

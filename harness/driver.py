@@ -69,11 +69,6 @@ class Campaign:
         if (self.phases is None) == (self.programs is None):
             raise ValueError("a campaign checks phases of cases or programs, exactly one")
 
-    @property
-    def mode(self) -> Mode:
-        """How its target is driven."""
-        return Mode.LOOKUP if self.programs is None else Mode.STATEFUL
-
 
 def run(campaign: Campaign, on_progress: OnProgress = lambda tally: None) -> Tally:
     """Run ``campaign``; its tally. ``on_progress`` is told the counts so far.
