@@ -405,4 +405,5 @@ def vllm_offload_engine(options: Mapping[str, str]) -> EngineFactory:
     (``auto``), the only setting driven here."""
     if options.get("divergent", "auto") != "auto":
         raise TargetError("--option divergent is for the vllm-connector lookup here")
+    driven()
     return VllmOffloadEngine
