@@ -25,8 +25,9 @@ hash unit, no tiers):
     >>> capabilities_of(lambda query: 0) == BASE
     True
 
-A step-level engine (a scheduler's loop) extends :class:`StatefulEngine`: the same
-configuration, the same capabilities, and more operations.
+A step-level engine (a scheduler's loop, :class:`StepEngine`) shares the stateful
+engine's configuration, capabilities and snapshot; its requests arrive, are aborted,
+and run in the steps it schedules.
 """
 
 from __future__ import annotations
@@ -325,6 +326,10 @@ class EngineConfig:
     alignment: int
     hash_unit: int | None = None
     stores: tuple[Store, ...] = ()
+    budget: int | None = None
+    """A step-level engine's token budget per step (None: the engine's own)."""
+    asynchronous: bool = False
+    """Whether a step-level engine schedules a step before the last one is reported."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``create`` message without its ``op`` (the protocol's form)."""
@@ -337,6 +342,10 @@ class EngineConfig:
             out["hash_unit"] = self.hash_unit
         if self.stores:
             out["tiers"] = [s.to_json() for s in self.stores]
+        if self.budget is not None:
+            out["budget"] = self.budget
+        if self.asynchronous:
+            out["asynchronous"] = True
         return out
 
     def as_query(self, num_tokens: int) -> Query:
@@ -455,3 +464,103 @@ class StatefulEngine(Protocol):
 EngineFactory = Callable[[EngineConfig], StatefulEngine]
 """What a stateful target is: a function making an engine for a configuration; it may
 declare :class:`Capabilities` (an attribute ``capabilities``, or :func:`declare`)."""
+
+
+# The step contract: a prefix cache inside its scheduler's loop (docs/design.md §5.7).
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One request's part of a step as the engine scheduled it.
+
+    The step computes the request's tokens ``[computed, computed + new)`` (its prompt,
+    then the tokens sampled so far), reading its KV before ``computed`` through
+    ``tables`` (one block table per group, None where the request holds no block), and
+    then ``drafts`` speculative tokens past them. ``hit`` is set on the step that
+    (re)starts the request, after its arrival or a preemption: the tokens it took from
+    the cache. ``loaded`` lists, per group, the physical blocks of that hit loaded from
+    outside the pool in this step (a connector's load), the ones a load failure may
+    name.
+
+        >>> Scheduled(0, computed=4, new=2, tables=((7, 8, 9),), hit=4).end
+        6
+    """
+
+    request: int
+    computed: int
+    new: int
+    tables: tuple[tuple[int | None, ...], ...]
+    hit: int | None = None
+    drafts: int = 0
+    loaded: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def end(self) -> int:
+        """The first token this step does not compute (drafts aside)."""
+        return self.computed + self.new
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What an engine decided for one step: the requests it runs, and those it
+    preempted to make room (their blocks freed; each restarts later from a hit)."""
+
+    scheduled: tuple[Scheduled, ...]
+    preempted: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ran:
+    """The executor's report of one request's part of a step: the tokens it sampled
+    (none for a prompt chunk that does not reach the prompt's end; one plus the drafts
+    accepted otherwise)."""
+
+    request: int
+    sampled: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The executor's report of one step (what a model runner returns): what each
+    request that ran sampled, the requests whose part was cut short and never ran, and
+    the loaded blocks whose load failed (reported after the fact)."""
+
+    ran: tuple[Ran, ...]
+    cut: tuple[int, ...] = ()
+    invalid: tuple[int, ...] = ()
+
+
+@runtime_checkable
+class StepEngine(Protocol):
+    """A prefix cache inside its scheduler's loop (docs/design.md §5.7): requests
+    arrive and may be aborted; the engine decides each step (:meth:`schedule`), kvhit
+    runs it as the model executor and reports it (:meth:`executed`), possibly one step
+    late (asynchronous scheduling). ``snapshot`` is the stateful contract's."""
+
+    def arrive(self, request: int, prompt: Sequence[int], max_new: int) -> None:
+        """A new request: its prompt, and how many tokens it generates before it
+        finishes."""
+        ...
+
+    def abort(self, request: int) -> None:
+        """The client gave up on the request: free it."""
+        ...
+
+    def schedule(self) -> StepPlan:
+        """Decide the next step."""
+        ...
+
+    def executed(self, result: StepResult) -> tuple[int, ...]:
+        """The oldest step not yet reported has run: update from ``result``; the
+        requests now finished (all their tokens generated)."""
+        ...
+
+    def snapshot(self, tokens: Sequence[int]) -> Snapshot:
+        """What the cache holds of ``tokens``."""
+        ...
+
+
+StepFactory = Callable[[EngineConfig], StepEngine]
+"""What a step-level target is: a function making a :class:`StepEngine` for a
+configuration (the configuration says whether steps are reported one late:
+:attr:`EngineConfig.asynchronous`)."""
