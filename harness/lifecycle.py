@@ -86,11 +86,13 @@ class LogEntry:
 
 @dataclass
 class Pending:
-    """A step scheduled and not yet reported: its number, plan and mishaps."""
+    """A step scheduled and not yet reported: its number, plan and mishaps, and each
+    scheduled request's tokens as the step saw them."""
 
     number: int
     plan: StepPlan
     step: Step
+    tokens: dict[int, tuple[int, ...]]
 
 
 @dataclass
@@ -170,7 +172,7 @@ class StepLedger:
 class StepRun:
     """A step program being run on one engine."""
 
-    def __init__(self, runner: Runner, program: StepProgram, drain: int | None = None):
+    def __init__(self, runner: Runner, program: StepProgram):
         self.runner = runner
         self.program = program
         self.groups = program.config.groups
@@ -182,8 +184,6 @@ class StepRun:
         self.records: list[LogEntry] = []
         self.events: list[Event] = []
         self.number = 0
-        total = sum(len(a.prompt) + len(a.output) for a in program.requests.values())
-        self.drain = drain if drain is not None else 4 * total + 8
 
     @property
     def verdict(self) -> Outcome:
@@ -253,7 +253,8 @@ class StepRun:
         outcome = self.check(plan)
         if outcome.disagrees:
             return self.note(label, outcome)
-        self.pending.append(Pending(self.number, plan, step))
+        tokens = {s.request: self.live[s.request].tokens for s in plan.scheduled}
+        self.pending.append(Pending(self.number, plan, step, tokens))
         if len(self.pending) > int(self.program.config.asynchronous):
             return self.note(label, self.report(self.pending.pop(0)))
         return self.note(label, Outcome(Verdict.OK))
@@ -326,13 +327,17 @@ class StepRun:
         for s in pending.plan.scheduled:
             if s.request in cut:
                 why = f"which r{s.request}'s part of step {pending.number} was to write; it was cut and never ran"
-                lost |= dict.fromkeys(self.ledger.writes(s, self.live[s.request].tokens, 0), why)
+                lost |= dict.fromkeys(self.ledger.writes(s, pending.tokens[s.request], 0), why)
         for block, why in lost.items():
             self.ledger.lose(block, why)
         read = self.read_since(lost)
         if read:
             return Outcome(Verdict.UNSAFE, reason=read)
-        ran = tuple(self.ran(s) for s in pending.plan.scheduled if s.request not in cut)
+        ran = tuple(
+            self.ran(s)
+            for s in pending.plan.scheduled
+            if s.request in self.live and s.request not in cut
+        )
         reply = self.runner(Report(StepResult(ran, tuple(sorted(cut)), tuple(sorted(invalid)))))
         if reply.status != "answer":
             return Outcome(Verdict(reply.status), reason=f"executed: {reply.detail}")
@@ -352,7 +357,7 @@ class StepRun:
         read a block that step has just lost, or ''."""
         for later in self.pending:
             for s in later.plan.scheduled:
-                for need in self.ledger.reads(s, self.live[s.request].tokens):
+                for need in self.ledger.reads(s, later.tokens[s.request]):
                     if need.block in lost:
                         where = (
                             f"group {need.group} block {need.index}, physical block {need.block}"
@@ -381,17 +386,31 @@ class StepRun:
         return Ran(s.request, (output[len(live.sampled)],))
 
     def drained(self) -> bool:
-        """Run steps until every request is over; ``stuck`` if they never are."""
+        """Run steps until every request is over; ``stuck`` if they never are: after
+        :data:`IDLE_STEPS` steps in a row that schedule nothing, or after four steps per
+        token the running requests have left to compute (and eight more)."""
         idle = 0
-        for _ in range(self.drain):
-            if not self.live and not self.pending:
-                return True
+        left = sum(len(r.arrival.prompt) + len(r.arrival.output) for r in self.live.values())
+        limit = 4 * left + 8
+        for _ in range(limit):
+            if not self.live:
+                return self.flushed()
             if not self.step(Step()):
                 return False
             idle = 0 if self.last.scheduled else idle + 1
             if idle >= IDLE_STEPS:
                 return self.stuck(f"{IDLE_STEPS} steps in a row scheduled nothing")
-        return not self.live or self.stuck(f"after {self.drain} more steps")
+        return self.flushed() if not self.live else self.stuck(f"after {limit} more steps")
+
+    def flushed(self) -> bool:
+        """Report the steps still unreported (asynchronous scheduling)."""
+        while self.pending:
+            pending = self.pending.pop(0)
+            if not self.note(
+                f"report of step {pending.number}", self.report(pending), counted=False
+            ):
+                return False
+        return True
 
     def stuck(self, why: str) -> bool:
         """Record that the loop makes no progress."""
