@@ -527,11 +527,15 @@ class Scheduled:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """What an engine decided for one step: the requests it runs, and those it
-    preempted to make room (their blocks freed; each restarts later from a hit)."""
+    """What an engine decided for one step: the requests it runs, those it
+    preempted to make room (their blocks freed; each restarts later from a hit), and
+    the blocks it copied since its last plan, before this step runs (``copies``:
+    source, destination; the destination then holds what the source held, e.g.
+    SGLang's copy of a request's Mamba state into a slot for its tree)."""
 
     scheduled: tuple[Scheduled, ...]
     preempted: tuple[int, ...] = ()
+    copies: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

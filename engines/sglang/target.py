@@ -124,7 +124,7 @@ MAMBA_SHAPE = {"intermediate_size": 8, "n_groups": 1, "num_heads": 1, "head_dim"
 def _server_args() -> Any:
     """The process-wide server args SGLang's Mamba component reads. The Mamba state
     chunk size is given, as SGLang's own fixtures do, so no model config is loaded."""
-    args = ServerArgs(model_path="dummy", page_size=1)
+    args = ServerArgs(model_path="dummy", page_size=1, skip_tokenizer_init=True)
     args._mamba_cache_chunk_size = 1
     set_global_server_args_for_scheduler(args)
     return args

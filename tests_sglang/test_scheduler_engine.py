@@ -1,0 +1,142 @@
+"""SGLang's own scheduler as a step-level engine (kvhit.engines.sglang.scheduler_engine),
+driven directly through the step contract."""
+
+from __future__ import annotations
+
+import doctest
+from typing import Any
+
+import pytest
+
+from kvhit.contract import EngineConfig, Ran, StepEngine, StepPlan, StepResult
+from kvhit.engines.sglang import scheduler_engine
+from kvhit.engines.sglang.scheduler_engine import SglangSchedulerEngine
+from kvhit.errors import Unsupported
+from kvhit.model.spec import Group
+
+FULL = Group("full", 1)
+WINDOW = Group("sliding_window", 1, window=3)  # inclusive 3: SGLang's 2
+MAMBA = Group("mamba", 1)
+
+
+def engine(*groups: Group, budget: int | None = 4, num_blocks: int = 32) -> SglangSchedulerEngine:
+    return SglangSchedulerEngine(EngineConfig(groups, num_blocks, 1, budget=budget))
+
+
+def run(engine: SglangSchedulerEngine, outputs: dict[int, list[int]]) -> StepPlan:
+    """Schedule one step and report it, each request sampling its next output token
+    once its step reaches the last token it has."""
+    plan = engine.schedule()
+    ran: list[Ran] = []
+    for s in plan.scheduled:
+        have = len(engine.requests[s.request].req.origin_input_ids) + len(
+            engine.requests[s.request].req.output_ids
+        )
+        ran.append(Ran(s.request, (outputs[s.request].pop(0),) if s.end == have else ()))
+    engine.finished = engine.executed(StepResult(tuple(ran)))  # type: ignore[attr-defined]
+    return plan
+
+
+def parts(plan: StepPlan) -> list[tuple[int, int, int, int | None]]:
+    return [(s.request, s.computed, s.end, s.hit) for s in plan.scheduled]
+
+
+def test_it_is_a_step_engine() -> None:
+    assert isinstance(engine(FULL), StepEngine)
+
+
+def test_chunks_advance_by_the_budget_then_decode_finishes() -> None:
+    sglang = engine(FULL, budget=4)
+    sglang.arrive(0, list(range(10)), max_new=2)
+    outputs = {0: [100, 101]}
+    steps = [parts(run(sglang, outputs)) for _ in range(4)]
+    assert steps == [[(0, 0, 4, 0)], [(0, 4, 8, None)], [(0, 8, 10, None)], [(0, 10, 11, None)]]
+    assert sglang.finished == (0,)  # type: ignore[attr-defined]
+    assert sglang.schedule().scheduled == ()
+
+
+def test_a_later_request_hits_the_prefix_an_earlier_one_cached() -> None:
+    sglang = engine(FULL, budget=8)
+    sglang.arrive(0, list(range(6)), max_new=1)
+    first = run(sglang, {0: [50]})
+    sglang.arrive(1, [*range(6), 9, 9], max_new=1)
+    (part,) = run(sglang, {1: [51]}).scheduled
+    assert (part.computed, part.hit) == (6, 6)
+    # the hit reads the pages the first request wrote
+    assert part.tables[0][:6] == first.scheduled[0].tables[0][:6]
+
+
+def test_window_kv_behind_the_window_is_freed_during_chunked_prefill() -> None:
+    """SGLang's window of 2 (inclusive 3), chunks of 4. Each chunk's result caches it
+    in the tree, and frees the request's own window KV behind the window
+    (``free_swa_out_of_window_slots``, common.py:75: below T - 1 - 2, T the chunk's
+    end), never below what the tree now owns (``swa_dead_lo``,
+    schedule_batch.py:994); the tree's own window KV stays until the tree evicts
+    it. The full KV all stays."""
+    sglang = engine(FULL, WINDOW, budget=4)
+    sglang.arrive(0, list(range(12)), max_new=1)
+    outputs = {0: [7]}
+    run(sglang, outputs)
+    second = run(sglang, outputs).scheduled[0]
+    assert [j for j, b in enumerate(second.tables[1]) if b is None] == [0]
+    third = run(sglang, outputs).scheduled[0]
+    assert [j for j, b in enumerate(third.tables[1]) if b is None] == [0, 4]
+    assert None not in third.tables[0]
+    # the last chunk finished the request: its release caches that chunk whole
+    tree = sglang.snapshot(list(range(12))).cached
+    assert tree == ((True,) * 12, (False, True, True, True) * 2 + (True,) * 4)
+
+
+def test_mamba_states_are_copied_into_the_tree_and_read_at_a_hit() -> None:
+    sglang = engine(FULL, MAMBA, budget=4)
+    sglang.arrive(0, list(range(6)), max_new=1)
+    outputs = {0: [7], 1: [8]}
+    first = run(sglang, outputs).scheduled[0]
+    own = first.tables[1][3]
+    assert own is not None and first.tables[1][:3] == (None,) * 3
+    second = run(sglang, outputs)
+    # the first chunk's state went into a slot of the tree after it ran
+    ((source, kept),) = second.copies
+    assert source == own and kept != own
+    assert second.scheduled[0].tables[1][3] == own  # the chunk reads its own state
+    sglang.arrive(1, [0, 1, 2, 3, 9], max_new=1)
+    hit = run(sglang, outputs).scheduled[0]
+    assert (hit.computed, hit.hit) == (4, 4)
+    assert hit.tables[1][3] == kept  # it reads the tree's copy
+    assert hit.tables[1][4] not in (own, kept)
+
+
+def test_abort_frees_what_the_request_held() -> None:
+    sglang = engine(FULL, budget=4, num_blocks=16)
+    free = sglang.scheduler.token_to_kv_pool_allocator.available_size()
+    sglang.arrive(0, list(range(10)), max_new=4)
+    run(sglang, {0: []})
+    assert sglang.scheduler.token_to_kv_pool_allocator.available_size() < free
+    sglang.abort(0)
+    assert sglang.schedule().scheduled == ()  # the chunk is released, not continued
+    held = sglang.scheduler.tree_cache.full_evictable_size()
+    assert sglang.scheduler.token_to_kv_pool_allocator.available_size() + held == free
+    assert sglang.scheduler.chunked_req is None
+
+
+def test_a_waiting_request_is_aborted_before_it_runs() -> None:
+    sglang = engine(FULL, budget=4)
+    sglang.arrive(0, list(range(4)), max_new=1)
+    sglang.arrive(1, list(range(4)), max_new=1)
+    sglang.abort(1)
+    assert [s.request for s in sglang.schedule().scheduled] == [0]
+
+
+def test_asynchronous_steps_are_refused() -> None:
+    with pytest.raises(Unsupported, match="overlap"):
+        SglangSchedulerEngine(EngineConfig((FULL,), 8, 1, asynchronous=True))
+
+
+def test_the_docstring_examples_hold() -> None:
+    result = doctest.testmod(scheduler_engine)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_loop_is_declared() -> None:
+    loop: Any = SglangSchedulerEngine.capabilities.loop
+    assert loop is not None and not loop.cuts and not loop.asynchronous
