@@ -528,14 +528,17 @@ class Scheduled:
 @dataclass(frozen=True)
 class StepPlan:
     """What an engine decided for one step: the requests it runs, those it
-    preempted to make room (their blocks freed; each restarts later from a hit), and
-    the blocks it copied since its last plan, before this step runs (``copies``:
-    source, destination; the destination then holds what the source held, e.g.
-    SGLang's copy of a request's Mamba state into a slot for its tree)."""
+    preempted to make room (their blocks freed; each restarts later from a hit), the
+    blocks it copied since its last plan, before this step runs (``copies``: source,
+    destination; the destination then holds what the source held, e.g. SGLang's copy
+    of a request's Mamba state into a slot for its tree), and the parts it still runs
+    for requests already aborted (``draining``: their writes happen, what they sample
+    is dropped; SGLang runs an aborted request's next step before it frees it)."""
 
     scheduled: tuple[Scheduled, ...]
     preempted: tuple[int, ...] = ()
     copies: tuple[tuple[int, int], ...] = ()
+    draining: tuple[Scheduled, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -106,17 +106,38 @@ def test_mamba_states_are_copied_into_the_tree_and_read_at_a_hit() -> None:
     assert hit.tables[1][4] not in (own, kept)
 
 
-def test_abort_frees_what_the_request_held() -> None:
-    sglang = engine(FULL, budget=4, num_blocks=16)
+def test_abort_of_a_request_being_chunked_frees_what_it_held() -> None:
+    """Released at the next step's ``process_pending_chunked_abort``
+    (scheduler.py:3778), its chunk not cached."""
+    sglang = engine(FULL, budget=4, num_blocks=24)
     free = sglang.scheduler.token_to_kv_pool_allocator.available_size()
     sglang.arrive(0, list(range(10)), max_new=4)
     run(sglang, {0: []})
     assert sglang.scheduler.token_to_kv_pool_allocator.available_size() < free
     sglang.abort(0)
     assert sglang.schedule().scheduled == ()  # the chunk is released, not continued
+    assert sglang.scheduler.tree_cache.full_evictable_size() == 0
+    assert sglang.scheduler.token_to_kv_pool_allocator.available_size() == free
+    assert sglang.scheduler.chunked_req is None
+
+
+def test_an_aborted_running_request_runs_one_more_step_as_draining() -> None:
+    """SGLang runs a running request's next step after its abort and frees it with
+    that step's result (scheduler.py:5799): the step is in the plan as draining, the
+    request is never reported finished, and its KV is freed into the tree."""
+    sglang = engine(FULL, budget=8, num_blocks=16)
+    free = sglang.scheduler.token_to_kv_pool_allocator.available_size()
+    sglang.arrive(0, list(range(4)), max_new=3)
+    run(sglang, {0: [9]})
+    sglang.abort(0)
+    plan = run(sglang, {})
+    assert plan.scheduled == () and [(s.request, s.computed, s.end) for s in plan.draining] == [
+        (0, 4, 5)
+    ]
+    assert sglang.finished == ()  # type: ignore[attr-defined]
+    assert sglang.schedule() == StepPlan(())
     held = sglang.scheduler.tree_cache.full_evictable_size()
     assert sglang.scheduler.token_to_kv_pool_allocator.available_size() + held == free
-    assert sglang.scheduler.chunked_req is None
 
 
 def test_a_waiting_request_is_aborted_before_it_runs() -> None:
@@ -130,6 +151,28 @@ def test_a_waiting_request_is_aborted_before_it_runs() -> None:
 def test_asynchronous_steps_are_refused() -> None:
     with pytest.raises(Unsupported, match="overlap"):
         SglangSchedulerEngine(EngineConfig((FULL,), 8, 1, asynchronous=True))
+
+
+def test_a_budget_off_the_page_grid_is_refused_as_sglang_refuses_it() -> None:
+    with pytest.raises(Unsupported, match="multiple of its page size"):
+        SglangSchedulerEngine(EngineConfig((Group("full", 4),), 8, 4, budget=6))
+
+
+def test_a_prompt_too_long_for_the_pool_is_refused_as_sglang_refuses_it() -> None:
+    """16 pages of one token: SGLang's longest request is 15 tokens, its longest
+    prompt 10 (tp_worker.py:568-572), and it clips what a request may generate to
+    what is left, finishing it sooner."""
+    sglang = engine(FULL, budget=4, num_blocks=16)
+    with pytest.raises(Unsupported, match="exceeds the maximum allowed length"):
+        sglang.arrive(0, list(range(10)), max_new=1)
+    sglang.arrive(1, list(range(9)), max_new=20)
+    outputs = {1: list(range(20))}
+    for _ in range(10):
+        run(sglang, outputs)
+        if sglang.finished:  # type: ignore[attr-defined]
+            break
+    assert sglang.finished == (1,)  # type: ignore[attr-defined]
+    assert len(outputs[1]) == 20 - (15 - 9 - 1)  # max_req_len - input - 1 tokens
 
 
 def test_the_docstring_examples_hold() -> None:

@@ -103,7 +103,7 @@ from sglang.srt.disaggregation.utils import DisaggregationMode
 from sglang.srt.managers.io_struct import AbortReq
 from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.managers.scheduler import Scheduler
-from sglang.srt.managers.utils import GenerationBatchResult
+from sglang.srt.managers.utils import GenerationBatchResult, validate_input_length
 from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
     NgramEmbeddingManager,
 )
@@ -156,9 +156,15 @@ def new_scheduler(cache: Any, budget: int | None) -> Any:
     s.page_size = cache.page_size
     s.model_config = MODEL
     s.device = "cpu"
-    s.max_req_len = cache.req_to_token_pool.req_to_token.shape[1]
-    s.max_total_num_tokens = s.token_to_kv_pool_allocator.size
-    s.full_tokens_per_layer = s.swa_tokens_per_layer = s.max_total_num_tokens
+    allocator = s.token_to_kv_pool_allocator
+    # a hybrid's token count is its full pool's (model_executor/pool_configurator.py:896)
+    s.max_total_num_tokens = s.full_tokens_per_layer = getattr(allocator, "size_full", allocator.size)
+    s.swa_tokens_per_layer = getattr(allocator, "size_swa", allocator.size)
+    context = cache.req_to_token_pool.req_to_token.shape[1]
+    s.max_req_len = min(context - 1, s.max_total_num_tokens - 1)  # tp_worker.py:568-572
+    s.max_req_input_len = s.max_req_len - 5
+    s.max_new_tokens_limit = None
+    s.sliding_window_size = cache.sliding_window_size if cache.supports_swa() else None
     s.kv_shard_widening = 1
     s.is_hybrid_swa = cache.supports_swa()
     s.is_hybrid_ssm = cache.supports_mamba()
@@ -260,28 +266,47 @@ class SglangSchedulerEngine:
         if config.asynchronous:
             raise Unsupported("SGLang's overlap scheduling (event_loop_overlap) is not driven")
         self.tree = SglangCacheEngine(config)
+        page = self.tree.tree.page
+        if config.budget is not None and config.budget % page:
+            raise Unsupported(
+                f"SGLang refuses a chunked prefill size ({config.budget}) that is no multiple "
+                f"of its page size ({page}) (arg_groups/validation_hook.py:244)"
+            )
         self.groups = config.groups
         self.scheduler = new_scheduler(self.tree.cache, config.budget)
         self.copies = Copies()
         if self.tree.tree.mamba_index is not None:
             self.copies.record(self.tree.cache.req_to_token_pool.mamba_pool)
-        self.requests: dict[int, Started] = {}
+        self.requests: dict[int, Started] = {}  # kvhit's requests not over
+        self.known: dict[int, Started] = {}  # and the aborted ones SGLang still holds
         self.batches: list[Any] = []  # the batches scheduled and not yet reported
 
     # --- requests -------------------------------------------------------------------
 
     def arrive(self, request: int, prompt: Sequence[int], max_new: int) -> None:
-        """Queue the request as SGLang's tokenizer manager hands it over."""
+        """Queue the request as SGLang's scheduler takes a new one
+        (``_handle_generate_request``, scheduler.py:3243-3252): its ``max_new`` clipped
+        to what its pools can hold (``init_req_max_new_tokens``, scheduler.py:2693, so
+        SGLang may finish it sooner), and refused (Unsupported) where SGLang refuses it
+        (a prompt of ``max_req_input_len`` tokens or more: the pool's size less 6,
+        tp_worker.py:568-572, or one its memory cannot hold)."""
         params = SamplingParams(max_new_tokens=max_new)
         params.normalize(None)
         req = Req(rid(request), "", array("q", prompt), params)
-        self.requests[request] = Started(req)
-        self.scheduler._add_request_to_queue(req)
+        s = self.scheduler
+        s.init_req_max_new_tokens(req)
+        error = validate_input_length(req, s.max_req_input_len, allow_auto_truncate=False)
+        if error or req.to_finish is not None:
+            raise Unsupported(f"SGLang refuses the request: {error or req.to_finish.message}")
+        self.requests[request] = self.known[request] = Started(req)
+        s._add_request_to_queue(req)
 
     def abort(self, request: int) -> None:
         """SGLang's ``abort_request``; the request is over for kvhit."""
+        started = self.requests.pop(request)
+        if started.req in self.scheduler.waiting_queue:  # SGLang drops it at once
+            del self.known[request]
         self.scheduler.abort_request(AbortReq(rid=rid(request)))
-        self.requests.pop(request, None)
 
     # --- steps ----------------------------------------------------------------------
 
@@ -304,18 +329,21 @@ class SglangSchedulerEngine:
         self.batches.append(batch)
         if batch is None:
             return StepPlan((), preempted, copies)
-        scheduled = tuple(self.scheduled(batch, r) for r in self.running(batch))
-        return StepPlan(scheduled, preempted, copies)
+        parts = [self.scheduled(batch, r) for r in self.running(batch)]
+        live = tuple(s for s in parts if s.request in self.requests)
+        draining = tuple(s for s in parts if s.request not in self.requests)
+        return StepPlan(live, preempted, copies, draining)
 
     def running(self, batch: Any) -> list[int]:
-        """kvhit's requests in ``batch`` (one aborted while running still runs one
-        step in SGLang, scheduler.py:5799, with nothing kvhit reads)."""
-        ours = {id(started.req): r for r, started in self.requests.items()}
+        """kvhit's requests in ``batch``, the aborted ones among them: SGLang runs a
+        running request's next step after its abort (``to_finish``,
+        scheduler.py:5799) and frees it with that step's result."""
+        ours = {id(started.req): r for r, started in self.known.items()}
         return [ours[id(req)] for req in batch.reqs if id(req) in ours]
 
     def scheduled(self, batch: Any, request: int) -> Scheduled:
         """One request's part of ``batch``."""
-        started = self.requests[request]
+        started = self.known[request]
         req = started.req
         if batch.forward_mode.is_decode():
             computed, new = len(req.origin_input_ids) + len(req.output_ids) - 1, 1
@@ -382,7 +410,7 @@ class SglangSchedulerEngine:
         if batch is None:  # a step that ran nothing
             return ()
         sampled = {ran.request: ran.sampled for ran in result.ran}
-        ours = {id(started.req): r for r, started in self.requests.items()}
+        ours = {id(started.req): r for r, started in self.known.items()}
         tokens = [next(iter(sampled.get(ours.get(id(req), -1), ())), 0) for req in batch.reqs]
         output = GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.int64))
         processor = self.scheduler.batch_result_processor
@@ -391,9 +419,10 @@ class SglangSchedulerEngine:
         else:
             processor.process_batch_result_prefill(batch, output)
         self.scheduler.tree_cache.flush_pending_backups()
-        done = tuple(r for r, started in self.requests.items() if started.req.finished())
-        for r in done:
-            del self.requests[r]
+        over = [r for r, started in self.known.items() if started.req.finished()]
+        for r in over:
+            del self.known[r]
+        done = tuple(r for r in over if self.requests.pop(r, None) is not None)
         return done
 
     # --- the cache ------------------------------------------------------------------
