@@ -12,7 +12,13 @@ from kvhit.contract import EngineConfig, Ran, StepEngine, StepPlan, StepResult
 from kvhit.engines.sglang import scheduler_engine
 from kvhit.engines.sglang.scheduler_engine import SglangSchedulerEngine
 from kvhit.errors import Unsupported
+from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Group
+from kvhit.targets.runner import CallableRunner
+from kvhit.targets.stateful import EngineHost
+from kvhit.targets.target_record import TargetRecord
+
+PROGRAMS = 80
 
 FULL = Group("full", 1)
 WINDOW = Group("sliding_window", 1, window=3)  # inclusive 3: SGLang's 2
@@ -183,3 +189,34 @@ def test_the_docstring_examples_hold() -> None:
 def test_the_loop_is_declared() -> None:
     loop: Any = SglangSchedulerEngine.capabilities.loop
     assert loop is not None and not loop.cuts and not loop.asynchronous
+
+
+def test_the_lifecycle_gate_finds_nothing_in_sglangs_step_loop() -> None:
+    """Step programs drawn as for any step-level target, full attention and a
+    window: every read of every step is of a block a step that ran has written."""
+    runner = CallableRunner(EngineHost(SglangSchedulerEngine), timeout=60.0)
+    plan = ProgramPlan(kinds=("sliding_window",), shape="sglang", stop_at_first=False)
+    tally = run_programs(runner, TargetRecord("sglang-steps"), plan, programs=PROGRAMS)
+    assert tally.found == []
+    assert tally.counts["ok"] > PROGRAMS and tally.operations > PROGRAMS
+
+
+def test_a_chunked_prompt_whose_window_fills_the_window_pool_never_finishes() -> None:
+    """A finding (stuck): pages of 4, SGLang's window 10, 9 pages of KV and 4 of
+    window KV (16 slots: above SGLang's floor of window + page = 14,
+    model_executor/pool_configurator.py:210), chunks of 4. After three chunks the
+    request holds 12 window slots it still reads (tokens 2..11 are in the next
+    chunk's window), 4 are free, nothing is evictable; the last chunk asks for
+    min(4 + 2, 10) + 4 = 10 (``SWAPrefillBudget.fit_chunk``,
+    mem_cache/prefill_budget.py:432-451), so ``add_chunked_req`` parks it
+    (managers/schedule_policy.py:1176-1181) at every step, forever."""
+    groups = (Group("full", 4), Group("sliding_window", 4, window=11))
+    sglang = SglangSchedulerEngine(EngineConfig(groups, 9, 4, budget=4))
+    prompt = [0, 1, 1, 2, 2, 0, 0, 0, 0, 1, 2, 0, 2, 2, 2, 0]
+    sglang.arrive(0, prompt, max_new=2)
+    chunks = [parts(run(sglang, {0: [1, 1]})) for _ in range(6)]
+    assert chunks == [[(0, 0, 4, 0)], [(0, 4, 8, None)], [(0, 8, 12, None)], [], [], []]
+    allocator = sglang.scheduler.token_to_kv_pool_allocator
+    assert allocator.swa_available_size() == 4
+    assert sglang.scheduler.tree_cache.swa_evictable_size() == 0
+    assert sglang.scheduler.chunked_req is sglang.requests[0].req

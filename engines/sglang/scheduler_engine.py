@@ -74,8 +74,8 @@ copies (``StepPlan.copies``), recorded from SGLang's own calls.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
@@ -158,7 +158,9 @@ def new_scheduler(cache: Any, budget: int | None) -> Any:
     s.device = "cpu"
     allocator = s.token_to_kv_pool_allocator
     # a hybrid's token count is its full pool's (model_executor/pool_configurator.py:896)
-    s.max_total_num_tokens = s.full_tokens_per_layer = getattr(allocator, "size_full", allocator.size)
+    s.max_total_num_tokens = s.full_tokens_per_layer = getattr(
+        allocator, "size_full", allocator.size
+    )
     s.swa_tokens_per_layer = getattr(allocator, "size_swa", allocator.size)
     context = cache.req_to_token_pool.req_to_token.shape[1]
     s.max_req_len = min(context - 1, s.max_total_num_tokens - 1)  # tp_worker.py:568-572
@@ -430,5 +432,3 @@ class SglangSchedulerEngine:
     def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """What SGLang's tree holds of ``tokens`` (the stateful engine's reading)."""
         return self.tree.snapshot(tokens)
-
-
