@@ -6,8 +6,9 @@
 # Creates VENV_DIR if needed, else installs into it. The sglang wheel goes in with
 # --no-deps (its declared dependencies pull CUDA builds and torch 2.14.1; torch stays at
 # constraints.txt's CPU build here), then only what
-# `import sglang.srt.mem_cache.unified_radix_cache`
-# and the cache's construction need: found by importing and adding what was missing.
+# `import sglang.srt.mem_cache.unified_radix_cache`, the cache's construction and
+# `import sglang.srt.managers.scheduler` (the step-level engine) need: found by
+# importing and adding what was missing.
 # triton (about 1 GB on disk) is imported at the top of sglang.srt.utils, and
 # torchvision by its model configs; both go in with --no-deps so torch is untouched.
 # pip then lists sglang's declared dependencies it did not get: expected.
@@ -37,9 +38,10 @@ trap 'rm -rf "$wheel_dir"' EXIT
 
 "${install[@]}" torch numpy orjson psutil pybase64 requests pillow starlette \
     msgspec pydantic pyzmq tqdm aiohttp IPython dill sentencepiece gguf openai \
-    partial_json_parser "transformers==5.19.0" compressed-tensors
+    partial_json_parser "transformers==5.19.0" compressed-tensors \
+    setproctitle einops uvicorn fastapi
 "${install[@]}" --no-deps triton==3.9.0 torchvision==0.28.0 apache-tvm-ffi==0.1.11
 
-"$venv_dir/bin/python" -c "import kvhit.engines.sglang.target"
+"$venv_dir/bin/python" -c "import kvhit.engines.sglang.scheduler_engine"
 version=$("$venv_dir/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))')
 echo "SGLang $version and kvhit installed in $venv_dir"
