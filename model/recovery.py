@@ -134,7 +134,10 @@ def per_group_truncation_min(q: Query, invalid: Invalid, ops: Ops = PY) -> Any:
 
 def full_attention_truncation(q: Query, invalid: Invalid, ops: Ops = PY) -> Any:
     """The hit before the failure cut at the first invalid block of a full-attention
-    group, the other groups' invalid blocks ignored (known wrong, unsafe)."""
+    group, the other groups' invalid blocks ignored (known wrong, unsafe); the
+    recovered length when there is no full-attention group."""
+    if all(g.kind != Kind.FULL for g in q.groups):
+        return recovered_length(q, invalid, ops)
     hit = fixed_point(q, ops)
     out = hit
     for i, (g, blocks) in enumerate(zip(q.groups, invalid)):
