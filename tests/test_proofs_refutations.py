@@ -145,7 +145,7 @@ def test_each_wrong_recovery_rule_is_refuted_concretely(name: str) -> None:
     cx = result.counterexample
     assert cx is not None and cx.broken and cx.algorithm == name
     assert cx.answers["recovered L*"] == brute_force(cx.query) == fixed_point(cx.query)
-    assert "invalid (drawn as not cached): group" in cx.note
+    assert "reported invalid, drawn as not cached: group" in cx.note
     groups, unsafe = RULE_VERDICTS[name]
     assert len(cx.query.groups) == groups
     assert (cx.length > brute_force(cx.query)) if unsafe else (cx.length < brute_force(cx.query))

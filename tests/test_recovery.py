@@ -23,7 +23,7 @@ from kvhit.model.recovery import (
     replay_from_zero,
     truncate_at_first_invalid,
 )
-from kvhit.model.spec import Drafter, Query, answer_at, fine_query, needed_blocks, valid_all
+from kvhit.model.spec import Query, answer_at, fine_query, needed_blocks, valid_all
 
 PROPERTY = settings(max_examples=300, deadline=None)
 
@@ -175,30 +175,17 @@ def test_no_invalid_block_recovers_the_hit(case: tuple[Query, list[list[int]]]) 
     assert recovered_length(q, [[] for _ in q.groups]) == fixed_point(q)
 
 
-def loaded(q: Query) -> Query:
-    """The query whose cache holds exactly the blocks the request loaded at its hit."""
-    reused = answer_at(q, fixed_point(q)).blocks
-    rows = tuple(
-        tuple(j in blocks for j in range(len(row))) for row, blocks in zip(q.cached, reused)
-    )
-    return replace(q, cached=rows)
-
-
-IN_PLACE = replace(BASE, hash_units=False, drafters=frozenset({Drafter.NONE, Drafter.LOOKAHEAD}))
-"""Queries in the pool's own blocks, no drop drafter (its dropped block is not loaded)."""
-
-
 @PROPERTY
-@given(failures(IN_PLACE), st.data())
-def test_in_place_truncation_is_only_ever_unsafe(
+@given(failures(replace(BASE, tiers=True)), st.data())
+def test_truncation_at_the_first_invalid_block_is_only_ever_unsafe(
     case: tuple[Query, list[list[int]]], data: st.DataObject
 ) -> None:
-    """When the rows are the blocks the request loaded (an engine that recovers in
-    place) and the invalid blocks are among them, cutting at the first invalid block
-    never answers less than the recovered length: it is unsafe or right."""
-    q = loaded(case[0])
-    held = [[j for j, bit in enumerate(row) if bit] for row in q.cached]
+    """The invalid blocks are ones the request loaded (reused at its hit), so cutting
+    at the first of them never answers less than the recovered length, whatever else
+    is cached: it is unsafe or right."""
+    q = case[0]
+    loaded = answer_at(q, fixed_point(q)).blocks
     invalid = [
-        sorted(data.draw(st.sets(st.sampled_from(h), max_size=2))) if h else [] for h in held
+        sorted(data.draw(st.sets(st.sampled_from(b), max_size=2))) if b else [] for b in loaded
     ]
     assert truncate_at_first_invalid(q, invalid) >= recovered_length(q, invalid)

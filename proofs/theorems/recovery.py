@@ -90,13 +90,13 @@ def concrete_invalid(sq: SymQuery, q: Query, slots: Slots, model: z3.ModelRef) -
 
 
 def invalid_note(invalid: Sequence[Sequence[int]]) -> str:
-    """``invalid: group 0 block 2`` (the blocks reported invalid, drawn as not cached)."""
+    """``reported invalid, drawn as not cached: group 0 block 2``."""
     parts = [
         f"group {i} block{'s' if len(blocks) > 1 else ''} {', '.join(map(str, blocks))}"
         for i, blocks in enumerate(invalid)
         if blocks
     ]
-    return "invalid (drawn as not cached): " + ("; ".join(parts) or "none")
+    return "reported invalid, drawn as not cached: " + ("; ".join(parts) or "none")
 
 
 def longest_witness(sq: SymQuery, slots: Slots) -> Callable[[z3.ModelRef], Counterexample]:
@@ -129,7 +129,7 @@ def longest_goal(
     return Goal(name, sq.pre + pre, z3.Not(claim), longest_witness(sq, slots))
 
 
-LONGEST_SETS: tuple[tuple[int, int, tuple[GroupSet, ...], bool], ...] = (
+PRUNED_SETS: tuple[tuple[int, int, tuple[GroupSet, ...], bool], ...] = (
     (1, 1, (*ALL_SETS, HYBRID), False),
     (2, 2, (*ALL_SETS, HYBRID), False),
     (2, 4, (*ALL_SETS, HYBRID), False),
@@ -145,14 +145,12 @@ fixed point returns L* of any query is theorems 1-3."""
 
 
 def longest_goals(bound: int | None) -> list[Goal]:
-    """The goals at each row of :data:`LONGEST_SETS`, M of at most ``bound`` blocks."""
+    """The goals at each row of :data:`PRUNED_SETS`, M of at most ``bound`` blocks."""
     blocks = bound or 3
-    return [
-        longest_goal(s, b, a, blocks, whole) for b, a, sets, whole in LONGEST_SETS for s in sets
-    ]
+    return [longest_goal(s, b, a, blocks, whole) for b, a, sets, whole in PRUNED_SETS for s in sets]
 
 
-REFUTATION_SETS: tuple[GroupSet, ...] = (
+RULE_SETS: tuple[GroupSet, ...] = (
     *((kind,) for kind in Kind),
     (Kind.FULL, Kind.SLIDING_WINDOW),
     (Kind.FULL, Kind.MAMBA),
@@ -221,7 +219,7 @@ def rule_goals(name: str) -> Callable[[int | None], list[Goal]]:
 
     def build(bound: int | None) -> list[Goal]:
         run: RecoveryRule = recovery.WRONG_RECOVERY_RULES[name]
-        return [rule_goal(kinds, name, run, bound or 4) for kinds in REFUTATION_SETS]
+        return [rule_goal(kinds, name, run, bound or 4) for kinds in RULE_SETS]
 
     return build
 
