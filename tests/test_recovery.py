@@ -189,3 +189,12 @@ def test_truncation_at_the_first_invalid_block_is_only_ever_unsafe(
         sorted(data.draw(st.sets(st.sampled_from(b), max_size=2))) if b else [] for b in loaded
     ]
     assert truncate_at_first_invalid(q, invalid) >= recovered_length(q, invalid)
+
+
+def test_in_place_the_design_example_recovers_nothing() -> None:
+    """With only the blocks the request loaded at L0 = 4 (full 0 … 3, the window's
+    block 3), the window's block 1 is not there to fall back on."""
+    loaded = query([FULL, WINDOW], ["1111", "0001"], 4)
+    assert fixed_point(loaded) == 4
+    assert recovered_length(loaded, [[3], []]) == 0
+    assert truncate_at_first_invalid(loaded, [[3], []]) == 3
