@@ -301,8 +301,10 @@ def make_scheduler(
     """vLLM's scheduler of class ``cls`` (``Scheduler`` or a subclass, as vLLM's
     ``SchedulerConfig.scheduler_cls`` names it) for ``q``'s groups (the ``vllm``
     target's specs, :func:`kvhit.engines.vllm.target.kv_cache_config`) with a pool of
-    ``num_blocks`` blocks (null block included), configured by ``config``;
-    :class:`Unsupported` where vLLM refuses the configuration while building it."""
+    ``num_blocks`` blocks (null block included), configured by ``config``, hashing at
+    ``q``'s hash unit (``hash_block_size``, 0.20.0+; before, vLLM's scheduler hashes at
+    its block size); :class:`Unsupported` where vLLM refuses the configuration while
+    building it."""
     block_size = scheduler_block_size(q)
     pool = replace(kv_cache_config(q), num_blocks=num_blocks)
     config.cache_config.num_gpu_blocks = num_blocks
@@ -312,8 +314,8 @@ def make_scheduler(
             kv_cache_config=pool,
             structured_output_manager=StructuredOutputManager(config),
             block_size=block_size,
-            hash_block_size=hash_block_size(q),
             log_stats=False,
+            **accepted(Scheduler.__init__, {"hash_block_size": hash_block_size(q)}),
         )
     except (AssertionError, ValueError) as err:
         raise Unsupported(f"vLLM {RELEASE.name} refuses this configuration: {err}") from None

@@ -84,6 +84,7 @@ from typing import Any
 from kvhit.contract import (
     Capabilities,
     EngineConfig,
+    Rule,
     Scheduled,
     Snapshot,
     StepPlan,
@@ -96,7 +97,7 @@ from kvhit.engines.vllm.release import (
     scheduler_block_size,
 )
 from kvhit.errors import BadInput, Unsupported
-from kvhit.model.spec import Kind
+from kvhit.model.spec import Kind, Query
 
 try:
     from vllm.utils.hashing import sha256
@@ -114,11 +115,31 @@ try:
 except ImportError as err:
     raise import_failure(err) from None
 
-from kvhit.engines.vllm.compat import accepted
+from kvhit.engines.vllm.compat import accepted, takes
+
+HASHES_AT_BLOCK_SIZE = not takes(Scheduler.__init__, "hash_block_size")
+"""Whether the installed release's scheduler hashes requests at its block size: its
+``Scheduler`` takes no ``hash_block_size`` (0.14.0-0.19.0) and hands the scheduler
+block size to the ``KVCacheManager`` as the hash block size."""
+
+
+def hashed_at_block_size(q: Query) -> str | None:
+    """Where vLLM's scheduler hashes at its block size (:data:`HASHES_AT_BLOCK_SIZE`),
+    every group's block must be that size (a finer block has no hash of its own)."""
+    if not HASHES_AT_BLOCK_SIZE:
+        return None
+    block = scheduler_block_size(q)
+    if any(g.block_size != block for g in q.groups) or q.hash_unit not in (None, block):
+        return (
+            f"vLLM {RELEASE.name}'s scheduler hashes at its block size ({block}; "
+            "Scheduler takes no hash_block_size): every group's block must be that size"
+        )
+    return None
+
 
 SCHEDULER_CAPABILITIES: Capabilities = replace(
     manager_capabilities(RELEASE), drafters=frozenset(), tiers=False
-)
+).with_rules(Rule(hashed_at_block_size.__name__, hashed_at_block_size))
 """What the ``vllm-scheduler`` target can be driven with on the installed release
 (module docstring)."""
 
@@ -146,7 +167,8 @@ class VllmSchedulerEngine:
             settings = vllm_config(
                 scheduler_block_size(shape), mamba, None, budget, config.asynchronous
             )
-        except ValueError as err:  # vLLM's config validation (pydantic's included)
+            validated(settings)
+        except (AssertionError, ValueError) as err:  # vLLM's validation (pydantic's too)
             raise Unsupported(f"vLLM {RELEASE.name} refuses this configuration: {err}") from None
         self.scheduler = make_scheduler(shape, config.num_blocks + 1, settings, cls)
         manager = self.scheduler.kv_cache_manager
@@ -224,6 +246,16 @@ class VllmSchedulerEngine:
         """What vLLM's block pool holds of ``tokens``, group by group."""
         hashes = new_request("snapshot", tokens, self.hasher).block_hashes
         return Snapshot(pool_rows(self.pool, self.groups, hashes, self.partial_hits))
+
+
+def validated(settings: Any) -> None:
+    """Validate the config's block size as vLLM's ``EngineCore`` does once it is final
+    (``VllmConfig.validate_block_size``, 0.19.0+; in 0.20.0-0.26.0 it asserts that a
+    Mamba block in ``align`` mode fits the token budget, below which
+    ``_mamba_block_aligned_split`` schedules nothing)."""
+    validate = getattr(settings, "validate_block_size", None)
+    if validate is not None:
+        validate()
 
 
 def runner_output(step: dict[str, int], result: StepResult) -> Any:
