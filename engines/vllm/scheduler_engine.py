@@ -48,7 +48,23 @@ what makes vLLM preempt (``Scheduler._preempt_request``: the last running reques
 freed and goes back to the waiting queue); a Mamba group is cached in ``align`` mode
 (``CacheConfig.mamba_cache_mode``, 0.16.0+), where ``schedule()`` splits a prefill at
 Mamba block boundaries (``_mamba_block_aligned_split``) so that a state exists where it
-is cached.
+is cached. 0.14.0 and 0.15.0 have no cache modes: Mamba prefix caching is vLLM's
+experimental one (``MambaModelConfig.verify_and_update_config``), whose scheduler splits
+no prefill at a Mamba block boundary, yet the manager caches a state at every block
+boundary a chunk passes over (a budget of 3 and a prompt of 10 tokens: chunks end at
+3, 6, 9 and 10, and a later request hits 8 in the Mamba group); the gate judges it.
+vLLM's own refusals are ``unsupported``: a Mamba block wider than the budget in
+``align`` mode (``VllmConfig.validate_block_size``, 0.19.0-0.26.0; from 0.27.0 a chunk
+advances inside a wide block), asynchronous scheduling with Mamba prefix caching
+(0.16.0).
+
+Releases: every one from 0.14.0 (the oldest kvhit drives,
+:func:`kvhit.engines.vllm.release.detect`) to 0.34.0. Up to 0.19.0 vLLM's scheduler
+takes no ``hash_block_size`` and hashes at its block size, so every group's block must
+be that size (:func:`hashed_at_block_size`); up to 0.32.0 a resumed request is in
+``scheduled_cached_reqs.resumed_req_ids`` and ``ModelRunnerOutput`` takes
+``req_id_to_index``; every release has ``AsyncScheduler`` and the output's
+``preempted_req_ids``.
 
 What it declares (:data:`SCHEDULER_CAPABILITIES`): what vLLM's ``KVCacheManager`` can be
 driven with (:func:`kvhit.engines.vllm.release.manager_capabilities`: the scheduler
