@@ -48,7 +48,7 @@ from kvhit.contract import (
 )
 from kvhit.errors import Unsupported
 from kvhit.impl.coordinator import Coordinator, Request
-from kvhit.impl.engine import fresh_blocks, free_blocks
+from kvhit.impl.engine import free_blocks, fresh_blocks
 from kvhit.impl.pool import NULL_BLOCK
 from kvhit.model.spec import Query, longest_hit
 
@@ -99,7 +99,7 @@ class Live:
 
 
 @dataclass(frozen=True)
-class Part:
+class InFlight:
     """One request's part of a step in flight: tokens ``[start, end)``, whether it
     samples a token, and the request's epoch when it was scheduled."""
 
@@ -117,7 +117,7 @@ class Draft:
 
     budget: int
     scheduled: list[Scheduled] = field(default_factory=list)
-    parts: list[Part] = field(default_factory=list)
+    parts: list[InFlight] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
 
 
@@ -143,7 +143,7 @@ class StepImpl:
         self.lives: dict[int, Live] = {}
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
-        self.in_flight: deque[tuple[Part, ...]] = deque()
+        self.in_flight: deque[tuple[InFlight, ...]] = deque()
         """The steps scheduled and not yet reported, oldest first."""
 
     def arrive(self, request: int, prompt: Sequence[int], max_new: int) -> None:
@@ -236,7 +236,9 @@ class StepImpl:
         held = self.coord.request(list(live.tokens))
         hit = self.coord.find_longest_cache_hit(held, held.num_tokens - 1)
         new = min(held.num_tokens - hit.length, budget)
-        if fresh_blocks(self.coord, held, hit, hit.length + new) > free_blocks(self.coord.pool, hit):
+        if fresh_blocks(self.coord, held, hit, hit.length + new) > free_blocks(
+            self.coord.pool, hit
+        ):
             self.coord.free(held)
             return None
         self.coord.allocate(held, hit, upto=hit.length + new)
@@ -249,7 +251,9 @@ class StepImpl:
         live = self.lives[request]
         assert live.held is not None, "a scheduled request holds its blocks"
         end = live.computed + new
-        part = Part(request, live.computed, end, end == len(live.tokens) + live.sampling, live.epoch)
+        part = InFlight(
+            request, live.computed, end, end == len(live.tokens) + live.sampling, live.epoch
+        )
         tables = tuple(tuple(None if b == NULL_BLOCK else b for b in t) for t in live.held.tables)
         draft.scheduled.append(
             Scheduled(request, live.computed, new, tables, live.hit, loaded=live.loaded)
@@ -283,7 +287,7 @@ class StepImpl:
                 self.release(part.request)
         return tuple(finished)
 
-    def wrote(self, part: Part, sampled: Sequence[int]) -> bool:
+    def wrote(self, part: InFlight, sampled: Sequence[int]) -> bool:
         """The part ran: publish what it wrote, drop what left a window, take its
         sample; whether the request is now finished."""
         live = self.lives[part.request]
@@ -327,7 +331,9 @@ class StepImpl:
         impl loads nothing from outside its pool, so it recomputes from there."""
         assert live.held is not None, "only a request holding blocks recovers"
         rows = tuple(
-            tuple(b != NULL_BLOCK and b not in invalid for b in table[: live.written // g.block_size])
+            tuple(
+                b != NULL_BLOCK and b not in invalid for b in table[: live.written // g.block_size]
+            )
             for g, table in zip(self.coord.groups, live.held.tables)
         )
         query = Query(self.coord.groups, rows, live.written, len(live.tokens), self.coord.alignment)
