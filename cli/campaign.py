@@ -51,7 +51,7 @@ from kvhit.harness.exhaustive import Scope
 from kvhit.harness.gate import DEFAULT_SECONDS, random_phases
 from kvhit.harness.random_cases import CHOICES
 from kvhit.harness.report import Record, junit_xml
-from kvhit.harness.saved import ProgramFile, SavedFile, decode, read_queries
+from kvhit.harness.saved import CaseFile, SavedFile, decode, read_queries
 from kvhit.harness.stateful_machine import ProgramPlan
 from kvhit.harness.strategies import hypothesis_files_in
 from kvhit.harness.tally import Tally
@@ -449,7 +449,7 @@ def replay(files: tuple[str, ...], target: TargetChoice, as_json: bool) -> None:
     items = []
     for name in files:
         saved = replay_file(name)
-        item = saved.program if isinstance(saved, ProgramFile) else saved.query
+        item = saved.query if isinstance(saved, CaseFile) else saved.program
         items.append((replay_target(name, saved.target, target), item, (name, saved.cls)))
 
     def show(tag: tuple[str, str | None], shown: driver.Replayed) -> None:

@@ -15,7 +15,7 @@ import click
 from kvhit.analysis import Verdict
 from kvhit.engines.pytest_writer import ExportEngine, SavedLookup, SavedProgram, engine_of
 from kvhit.errors import BadInput
-from kvhit.harness.saved import CaseFile, ProgramFile, decode
+from kvhit.harness.saved import CaseFile, ProgramFile, StepsFile, decode
 from kvhit.importing import import_attr
 from kvhit.inputs import read_text
 from kvhit.model.protocol import QueryError
@@ -112,6 +112,11 @@ def read_saved(source: str, given: str | None) -> SavedLookup | SavedProgram:
         saved = decode(text)
         if isinstance(saved, CaseFile):
             return saved_lookup(source, saved, given)
+        if isinstance(saved, StepsFile):
+            raise BadInput(
+                f"{source}: a step program; kvhit export writes tests of lookups and of "
+                "atomic programs (replay it with kvhit replay)"
+            )
         program = saved_program(source, saved, given)
         hit_shows(program)
         return program

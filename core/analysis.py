@@ -62,6 +62,7 @@ class Verdict(StrEnum):
     UNSAFE = "unsafe"
     LOST_REUSE = "lost_reuse"
     WRONG_BLOCKS = "wrong_blocks"
+    STUCK = "stuck"
     CRASH = "crash"
     TIMEOUT = "timeout"
     BAD_RETURN = "bad_return"

@@ -75,13 +75,32 @@ class Option:
 
 
 @dataclass(frozen=True)
+class Loop:
+    """What a step-level engine (:class:`StepEngine`) can be driven through: whether
+    its executor may ``cut`` a scheduled step short (an engine that publishes a block
+    at schedule time relies on every scheduled step running, so it declares no cuts),
+    whether it runs ``asynchronous``ly (each step reported one late), and whether it
+    loads blocks from outside whose load may fail (``load_failures``)."""
+
+    cuts: bool = True
+    asynchronous: bool = True
+    load_failures: bool = False
+
+    def to_json(self) -> dict[str, bool]:
+        """The protocol form."""
+        return {"cuts": self.cuts, "asynchronous": self.asynchronous,
+                "load_failures": self.load_failures}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a target can be asked (docs/design.md §5.2).
 
     ``kinds``, ``drafters`` (None stands for a group with no drafter, always allowed)
     and ``conventions`` are the groups it takes; ``hash_units`` whether a query may
     have a hash unit finer than its blocks; ``tiers`` whether a query may name
-    external tiers; ``rules`` the rest, each with its reason.
+    external tiers; ``rules`` the rest, each with its reason. ``loop`` says what a
+    step-level engine's loop can be driven through (None: it is no step-level engine).
 
     >>> from kvhit.model.protocol import parse_query
     >>> caps = Capabilities(kinds=frozenset({Kind.FULL}))
@@ -96,6 +115,7 @@ class Capabilities:
     hash_units: bool = True
     tiers: bool = False
     rules: tuple[Rule, ...] = ()
+    loop: Loop | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kinds", frozenset(map(Kind, self.kinds)))
@@ -171,6 +191,7 @@ class Capabilities:
             "hash_units": self.hash_units,
             "tiers": self.tiers,
             "rules": [r.name for r in self.rules],
+            "loop": self.loop.to_json() if self.loop is not None else None,
         }
 
     @staticmethod
@@ -182,6 +203,7 @@ class Capabilities:
             conventions=frozenset(obj["conventions"]),
             hash_units=bool(obj["hash_units"]),
             tiers=bool(obj["tiers"]),
+            loop=Loop(**obj["loop"]) if obj.get("loop") else None,
         )
 
 
@@ -199,9 +221,11 @@ def declare(
     hash_units: bool = True,
     tiers: bool = False,
     rules: Sequence[Rule] = (),
+    loop: Loop | None = None,
 ) -> Callable[[Any], Any]:
     """A decorator: the function (a lookup, or an engine factory) can be asked these
-    (:class:`Capabilities`); kvhit draws nothing else for it."""
+    (:class:`Capabilities`); kvhit draws nothing else for it. A factory of step-level
+    engines declares its ``loop``."""
     caps = Capabilities(
         frozenset(map(Kind, kinds)),
         frozenset(map(Drafter, drafters)),
@@ -209,6 +233,7 @@ def declare(
         hash_units,
         tiers,
         tuple(rules),
+        loop,
     )
 
     def mark(func: Any) -> Any:

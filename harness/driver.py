@@ -30,6 +30,7 @@ from kvhit.harness.checker import CaseChecker, Phase
 from kvhit.harness.compare import judge_reply
 from kvhit.harness.gate import DEFAULT_SECONDS, gate_phases, run_phases
 from kvhit.harness.jobs import CaseCampaign, run_campaign
+from kvhit.harness.lifecycle import run_steps
 from kvhit.harness.report import Disagreement, Record
 from kvhit.harness.stateful import disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
@@ -38,6 +39,7 @@ from kvhit.model.spec import Query
 from kvhit.targets.registry import Mode, default_shape
 from kvhit.targets.runner import CALL_TIMEOUT, CallableRunner, Runner, alarm_handler
 from kvhit.targets.stateful import Program
+from kvhit.targets.steps import StepProgram
 from kvhit.targets.target_record import TargetRecord
 from kvhit.targets.target_spec import TargetSpec
 from kvhit.targets.wire import json_safe
@@ -160,7 +162,11 @@ class Replayed:
     now: str
 
 
-def replay(spec: TargetSpec, item: Query | Program) -> Replayed:
+Replayable = Query | Program | StepProgram
+"""What a saved file replays: a query, a program, or a step program."""
+
+
+def replay(spec: TargetSpec, item: Replayable) -> Replayed:
     """Ask a query again, or run a program again on a fresh engine, on ``spec``."""
     mode = Mode.LOOKUP if isinstance(item, Query) else Mode.STATEFUL
     runner = spec.open(mode)
@@ -170,7 +176,7 @@ def replay(spec: TargetSpec, item: Query | Program) -> Replayed:
         runner.close()
 
 
-def replayed_on(runner: Runner, target: TargetRecord, item: Query | Program) -> Replayed:
+def replayed_on(runner: Runner, target: TargetRecord, item: Replayable) -> Replayed:
     """:func:`replay` on an open runner (of the mode ``item`` needs) of ``target``."""
     if isinstance(item, Query):
         reply = runner.ask(item)
@@ -178,6 +184,10 @@ def replayed_on(runner: Runner, target: TargetRecord, item: Query | Program) -> 
         outcome = judge_reply(analysis, reply)
         d = Disagreement(target, outcome.cls, analysis, json_safe(reply.value), outcome.reason)
         return Replayed(d, outcome.disagrees, f"{outcome.cls} now, L* = {outcome.length}")
+    if isinstance(item, StepProgram):
+        run = run_steps(runner, item)
+        found = run.found(target)
+        return Replayed(found, run.verdict.disagrees, f"every step ok now ({run.number} steps)")
     steps = run_program(runner, item)
     p = disagreement_of(target, item, steps)
     return Replayed(
@@ -186,7 +196,7 @@ def replayed_on(runner: Runner, target: TargetRecord, item: Query | Program) -> 
 
 
 def replay_all(
-    items: list[tuple[TargetSpec, Query | Program, Any]],
+    items: list[tuple[TargetSpec, Replayable, Any]],
     on_replayed: Callable[[Any, Replayed], None],
 ) -> int:
     """Replay each (target, case, tag), opening each target once per mode, telling

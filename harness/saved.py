@@ -2,8 +2,9 @@
 (docs/protocol.md, "Saved files").
 
 A file holds a stateless case (:class:`CaseFile`: a query, and what the target
-answered there) or a stateful one (:class:`ProgramFile`: a program cut after the
-operation that disagreed). Each names its :class:`SavedFormat` and, when it was
+answered there), a stateful one (:class:`ProgramFile`: a program cut after the
+operation that disagreed) or a step-level one (:class:`StepsFile`: a step program cut
+after the event that disagreed). Each names its :class:`SavedFormat` and, when it was
 found on a target, the :class:`~kvhit.targets.target_record.TargetRecord` it was
 found on. :func:`decode` reads it into one of the two, once; it also reads a plain
 query or a plain program (``ops``), and the files of format 1, whose target was a
@@ -41,6 +42,7 @@ from kvhit.inputs import read_text
 from kvhit.model.protocol import QueryError, decode_json, load_queries, parse_query
 from kvhit.model.spec import Query, longest_hit
 from kvhit.targets.stateful import Program
+from kvhit.targets.steps import StepProgram
 from kvhit.targets.target_record import TargetRecord
 
 
@@ -50,6 +52,7 @@ class SavedFormat(StrEnum):
 
     CASE = "kvhit-case/2"
     PROGRAM = "kvhit-program/2"
+    STEPS = "kvhit-steps/1"
     CASE_1 = "kvhit-disagreement/1"
     PROGRAM_1 = "kvhit-stateful/1"
 
@@ -134,7 +137,36 @@ class ProgramFile:
         return f"stateful-{self.cls}-{key}.json"
 
 
-SavedFile = CaseFile | ProgramFile
+@dataclass(frozen=True)
+class StepsFile:
+    """A saved step-level case: ``program`` (its events cut after the one that
+    disagreed) and, when it was found on a target, the ``target``, the class and
+    reason, and what happened, a line per event or step, for people (not read back)."""
+
+    program: StepProgram
+    target: TargetRecord | None = None
+    cls: Verdict | None = None
+    reason: str | None = None
+    log: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's JSON."""
+        return {
+            "format": SavedFormat.STEPS.value,
+            "target": self.target.to_json() if self.target else None,
+            "class": self.cls,
+            "reason": self.reason,
+            "program": self.program.to_json(),
+            "log": list(self.log),
+        }
+
+    def file_name(self) -> str:
+        """A name that is the same for the same target, class and program."""
+        key = digest(label_of(self.target), self.cls, self.program.to_json())
+        return f"steps-{self.cls}-{key}.json"
+
+
+SavedFile = CaseFile | ProgramFile | StepsFile
 
 
 def saved_target(obj: dict[str, Any], form: SavedFormat) -> TargetRecord | None:
@@ -172,16 +204,22 @@ def program_kind(obj: Any) -> str | None:
     ``ops``), or None for anything else."""
     if not isinstance(obj, dict):
         return None
-    if obj.get("format") in (SavedFormat.PROGRAM, SavedFormat.PROGRAM_1):
+    if obj.get("format") in (SavedFormat.PROGRAM, SavedFormat.PROGRAM_1, SavedFormat.STEPS):
         return f"a {obj['format']!r} file"
-    return "a plain program" if "format" not in obj and "ops" in obj else None
+    plain = "format" not in obj and ("ops" in obj or "events" in obj)
+    return "a plain program" if plain else None
 
 
 def decode_object(obj: Any) -> SavedFile:
     """What one decoded JSON object holds; :class:`QueryError` naming the problem."""
     if not isinstance(obj, dict) or "format" not in obj:
         if program_kind(obj):
-            return ProgramFile(Program.from_json(obj))
+            steps = "events" in obj
+            return (
+                StepsFile(StepProgram.from_json(obj))
+                if steps
+                else ProgramFile(Program.from_json(obj))
+            )
         return CaseFile(parse_query(obj))
     if obj["format"] not in tuple(SavedFormat):
         known = ", ".join(SavedFormat)
@@ -192,6 +230,8 @@ def decode_object(obj: Any) -> SavedFile:
         return CaseFile(
             parse_query(obj.get("query")), target, cls, obj.get("target_answer"), reason
         )
+    if form == SavedFormat.STEPS:
+        return StepsFile(StepProgram.from_json(obj.get("program")), target, cls, reason)
     snapshot = obj.get("snapshot")
     return ProgramFile(
         Program.from_json(obj.get("program")),

@@ -73,6 +73,11 @@ class Step:
     answer: Any = None
     admission: Admission | None = None
 
+    @property
+    def counted(self) -> bool:
+        """Whether a tally counts its class: an admit, or the engine's creation."""
+        return self.op is None or isinstance(self.op, Admit)
+
 
 def answer_json(value: Any) -> Any:
     """An engine's answer as the saved record holds it: a typed answer's protocol form,
@@ -99,6 +104,10 @@ class ProgramRun:
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.program.hash_unit)
         self.config = self.program.config()
+
+    def found(self, target: TargetRecord) -> ProgramDisagreement:
+        """The run so far as a disagreement on ``target``."""
+        return disagreement_of(target, self.program, self.steps)
 
     def start(self) -> Outcome:
         """Create the engine; ``ok``, or why not (``unsupported``, ``crash``, ...), which
@@ -232,6 +241,20 @@ class ProgramDisagreement:
     def reason(self) -> str:
         """Why it is a disagreement, for people."""
         return self.last.outcome.reason
+
+    def size(self) -> tuple[int, int, int]:
+        """Shorter programs first, then fewer tokens, then fewer groups."""
+        ops = self.program.ops
+        token_count = sum(len(op.tokens) for op in ops if isinstance(op, Admit))
+        return len(ops), token_count, len(self.program.groups)
+
+    def rerun(self, runner: Runner) -> ProgramDisagreement:
+        """What the program shows on a fresh engine of ``runner`` (itself if it runs
+        clean now)."""
+        steps = run_program(runner, self.program)
+        if steps and steps[-1].outcome.disagrees:
+            return disagreement_of(self.target, self.program, steps)
+        return self
 
     def saved(self) -> ProgramFile:
         """The replayable file (its JSON is also an entry of ``gate --stateful --json``)."""

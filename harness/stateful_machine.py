@@ -58,6 +58,7 @@ from hypothesis.stateful import (
 
 from kvhit.analysis import Verdict
 from kvhit.contract import Store, capabilities_of
+from kvhit.harness.lifecycle import LogEntry, StepDisagreement, StepRun
 from kvhit.harness.random_cases import (
     CHOICES,
     TIER_NAMES,
@@ -66,18 +67,14 @@ from kvhit.harness.random_cases import (
     palette,
     sglang_partners,
 )
-from kvhit.harness.stateful import (
-    ProgramDisagreement,
-    ProgramRun,
-    Step,
-    disagreement_of,
-    run_program,
-)
+from kvhit.harness.stateful import ProgramDisagreement, ProgramRun, Step
 from kvhit.harness.strategies import COIN, HASH_UNITS, group_configs
 from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind, Query
 from kvhit.targets.runner import Runner
 from kvhit.targets.stateful import Admit, Finish, Program
+from kvhit.targets.steps import Abort, Arrive, Failure, StepProgram
+from kvhit.targets.steps import Step as StepEvent
 from kvhit.targets.target_record import TargetRecord
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too
@@ -302,7 +299,7 @@ class Hunt:
 
     cls: str
     deadline: float
-    best: ProgramDisagreement
+    best: ProgramDisagreement | StepDisagreement
     seen_file: Path | None = None
 
 
@@ -349,33 +346,36 @@ class ProgramCampaign:
             self.tally.cases += 1
             self.tally.by_phase[PHASE] += 1
 
-    def observe(self, run: ProgramRun, step: Step) -> None:
-        """Count an operation (while generating); fail the program if it disagrees in
-        a class not found yet (or, while shrinking, in the class being shrunk)."""
+    def observe(
+        self, run: ProgramRun | StepRun, entry: Step | LogEntry, operation: bool = True
+    ) -> None:
+        """Count an operation or event (while generating); fail the program if it
+        disagrees in a class not found yet (or, while shrinking, in the class being
+        shrunk)."""
         hunt, tally = self.hunt, self.tally
         if hunt is not None and time.monotonic() > hunt.deadline:
             self.stop()
         if hunt is None:
-            tally.operations = (tally.operations or 0) + (step.op is not None)
-            tally.counts[step.outcome.cls] += step.op is None or isinstance(step.op, Admit)
-            if step.outcome.cls == Verdict.UNSUPPORTED:
-                tally.refused[step.outcome.reason] += 1
+            tally.operations = (tally.operations or 0) + operation
+            tally.counts[entry.outcome.cls] += entry.counted
+            if entry.outcome.cls == Verdict.UNSUPPORTED:
+                tally.refused[entry.outcome.reason] += 1
             self.on_progress(tally)
-        cls = step.outcome.cls
-        if not step.outcome.disagrees:
+        cls = entry.outcome.cls
+        if not entry.outcome.disagrees:
             return
         wanted = cls == hunt.cls if hunt is not None else tally.found_new(cls)
         # a program ends at its first disagreement, as a replay does: one of another
         # class (or of a class found already) ends it unfailed
         assume(wanted)
-        found = disagreement_of(self.target, run.program, [*run.steps])
+        found = run.found(self.target)
         if hunt is None:  # saved as seen, before shrinking: a run cut short keeps it
             tally.found_at.append((0, tally.cases - 1))
             seen = tally.keep(found, self.plan.out_dir)
             self.hunt = Hunt(cls, time.monotonic() + self.plan.shrink_seconds, found, seen)
-        elif size(found) < size(hunt.best):
+        elif found.size() < hunt.best.size():
             hunt.best = found
-        raise Found(f"{cls}: {step.outcome.reason}")
+        raise Found(f"{cls}: {entry.outcome.reason}")
 
     def run(self) -> Tally:
         """Run batches of programs until the budget is spent (at least one batch when
@@ -399,7 +399,8 @@ class ProgramCampaign:
     def run_batch(self, batch: int, count: int) -> None:
         """One Hypothesis run of ``count`` programs; report what it found, shrunk."""
         self.hunt, self.stopped = None, False
-        machine = type("Machine", (ProgramMachine,), {"campaign": self})
+        kind = StepMachine if capabilities_of(self.runner).loop else ProgramMachine
+        machine = type("Machine", (kind,), {"campaign": self})
         # a seeded factory, so the same campaign seed gives the same programs
         factory = cast(type[ProgramMachine], seed(self.plan.seed * 1_000_003 + batch)(machine))
         config = settings(
@@ -425,17 +426,17 @@ class ProgramCampaign:
         if self.hunt is not None:
             self.report(self.hunt.best)
 
-    def report(self, shrunk: ProgramDisagreement) -> None:
+    def report(self, shrunk: ProgramDisagreement | StepDisagreement) -> None:
         """Save the shrunk program into the tally, with the failure it shows when run
         again on a fresh engine (what a replay shows; as seen while shrinking if it
         runs clean now, or if the rerun is cut short)."""
         found = shrunk
         try:
-            found = replayed(self.runner, shrunk)
+            found = shrunk.rerun(self.runner)
         finally:
             self.keep(found)
 
-    def keep(self, found: ProgramDisagreement) -> None:
+    def keep(self, found: ProgramDisagreement | StepDisagreement) -> None:
         """Put ``found`` in the tally and save it in place of the program saved as first
         seen (a failed save is said, not raised)."""
         seen = self.hunt.seen_file if self.hunt is not None else None
@@ -445,15 +446,6 @@ class ProgramCampaign:
         self.tally.saved.append(path)
         if seen is not None and seen != path:
             seen.unlink(missing_ok=True)
-
-
-def replayed(runner: Runner, shrunk: ProgramDisagreement) -> ProgramDisagreement:
-    """The disagreement ``shrunk``'s program shows when run again on a fresh engine of
-    ``runner``, or ``shrunk`` if it runs clean now."""
-    steps = run_program(runner, shrunk.program)
-    if steps and steps[-1].outcome.disagrees:
-        return disagreement_of(shrunk.target, shrunk.program, steps)
-    return shrunk
 
 
 def run_programs(
@@ -470,13 +462,6 @@ def run_programs(
     tally = Tally(target.label, operations=0)
     budget = Budget.of(seconds, programs)
     return ProgramCampaign(runner, target, plan, budget, tally, on_progress).run()
-
-
-def size(found: ProgramDisagreement) -> tuple[int, int, int]:
-    """Shorter programs first, then fewer tokens, then fewer groups."""
-    ops = found.program.ops
-    token_count = sum(len(op.tokens) for op in ops if isinstance(op, Admit))
-    return len(ops), token_count, len(found.program.groups)
 
 
 class ProgramMachine(RuleBasedStateMachine):
@@ -504,7 +489,7 @@ class ProgramMachine(RuleBasedStateMachine):
         started = self.run.start()
         c.started()
         if started.cls != "ok":
-            c.observe(self.run, self.run.steps[-1])
+            c.observe(self.run, self.run.steps[-1], operation=False)
             assume(False)
 
     @rule(data=st.data())
@@ -523,3 +508,107 @@ class ProgramMachine(RuleBasedStateMachine):
         assert self.run is not None
         request = data.draw(st.sampled_from(sorted(self.run.running)), label="request")
         self.campaign.observe(self.run, self.run.run(Finish(request)))
+
+
+BUDGETS = (2, 4, 8, 16)
+"""The token budgets per step a step-level engine is drawn with (small: chunked
+prefill all the time)."""
+
+OUTPUT_TOKENS = 4
+"""The most tokens a drawn request generates."""
+
+
+class StepMachine(RuleBasedStateMachine):
+    """One generated step program on the campaign's step-level target: an engine drawn
+    as for programs, with a token budget per step and, when its loop declares it,
+    asynchronous steps; then requests arrive (prompts drawn as for programs), are
+    aborted, and steps run, some cut short or failing a load where the loop declares
+    that. Each event is checked (:mod:`kvhit.harness.lifecycle`); at the end kvhit
+    runs steps until every request is over."""
+
+    campaign: ProgramCampaign
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run: StepRun | None = None
+        self.prompts: list[tuple[int, ...]] = []
+        self.max_tokens = 0
+        self.drained = False
+
+    @initialize(data=st.data())
+    def create(self, data: st.DataObject) -> None:
+        """Create the engine (an engine that refuses the configuration is skipped)."""
+        c, plan = self.campaign, self.campaign.plan
+        loop = capabilities_of(c.runner).loop
+        assert loop is not None
+        if c.hunt is None and c.spent():
+            c.stop()
+        self.max_tokens = data.draw(st.sampled_from(plan.prompt_limits()), label="prompt tokens")
+        drawn = ENGINE_DRAWERS[plan.shape](c.palette, self.max_tokens, plan.block_sizes)
+        program = data.draw(drawn, label="engine")
+        assume(not c.refused(program, self.max_tokens))
+        budget = data.draw(st.sampled_from(BUDGETS), label="budget")
+        late = loop.asynchronous and data.draw(COIN, label="asynchronous")
+        config = replace(program.config(), budget=budget, asynchronous=late)
+        self.run = StepRun(c.runner, StepProgram(config))
+        started = self.run.start()
+        c.started()
+        if not started:
+            c.observe(self.run, self.run.records[-1], operation=False)
+            assume(False)
+
+    @rule(data=st.data())
+    def arrive(self, data: st.DataObject) -> None:
+        """A request arrives."""
+        assert self.run is not None
+        prompt = data.draw(prompts(self.prompts, self.max_tokens), label="prompt")
+        output = data.draw(tokens(1, OUTPUT_TOKENS), label="output")
+        self.prompts.append(prompt)
+        self.event(Arrive(len(self.prompts) - 1, prompt, output))
+
+    @precondition(lambda self: self.run is not None and self.run.live)
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        """A running request is aborted."""
+        assert self.run is not None
+        request = data.draw(st.sampled_from(sorted(self.run.live)), label="request")
+        self.event(Abort(request))
+
+    @precondition(lambda self: self.run is not None and self.run.live)
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        """A step, perhaps with one request's part cut short or one block's load failing."""
+        assert self.run is not None
+        loop = capabilities_of(self.campaign.runner).loop
+        assert loop is not None
+        live = sorted(self.run.live)
+        cut = (
+            (data.draw(st.sampled_from(live), label="cut"),)
+            if loop.cuts and data.draw(COIN)
+            else ()
+        )
+        fail: tuple[Failure, ...] = ()
+        if loop.load_failures and data.draw(COIN):
+            request = data.draw(st.sampled_from(live), label="failing request")
+            group = data.draw(st.integers(0, len(self.run.groups) - 1), label="failing group")
+            fail = (Failure(request, group, data.draw(st.integers(0, 7), label="failing block")),)
+        self.event(StepEvent(cut, fail))
+
+    def event(self, event: Arrive | Abort | StepEvent) -> None:
+        """Run one event and let the campaign judge what it recorded."""
+        assert self.run is not None
+        seen = len(self.run.records)
+        self.run.event(event)
+        for entry in self.run.records[seen:]:
+            self.campaign.observe(self.run, entry)
+
+    def teardown(self) -> None:
+        """Run steps until every request is over; ``stuck`` if they never are."""
+        run = self.run
+        if run is None or run.verdict.disagrees or self.drained:
+            return
+        self.drained = True
+        seen = len(run.records)
+        run.drained()
+        for entry in run.records[seen:]:
+            self.campaign.observe(run, entry, operation=False)

@@ -55,13 +55,14 @@ from kvhit.model.spec import Query
 from kvhit.targets import registry
 from kvhit.targets.registry import Mode
 from kvhit.targets.stateful import EngineHost, Message
+from kvhit.targets.steps import StepMessage
 from kvhit.targets.wire import BadReturn
 
 Target = LookupTarget | EngineHost
 """What a runner in this process calls: a lookup target, or a host of stateful
 messages (:class:`kvhit.targets.stateful.EngineHost`)."""
 
-Sent = dict[str, Any] | Query | Message
+Sent = dict[str, Any] | Query | Message | StepMessage
 """What a runner is handed: a protocol message, a parsed query, or a typed stateful
 message (:data:`kvhit.targets.stateful.Message`)."""
 
@@ -317,7 +318,7 @@ class CallableRunner:
         self.timeout = timeout
         self.load_seconds = load_seconds
 
-    def __call__(self, query: dict[str, Any] | Message) -> Reply:
+    def __call__(self, query: Sent) -> Reply:
         return call_target(self.func, query, self.timeout)
 
     def ask(self, q: Query) -> Reply:
@@ -419,7 +420,7 @@ class CommandRunner:
         """The program's reply to a parsed lookup query, sent as JSON."""
         return self(q.to_json())
 
-    def __call__(self, query: dict[str, Any] | Message) -> Reply:
+    def __call__(self, query: Sent) -> Reply:
         """The program's reply to a protocol message, or to a stateful message (sent as
         its JSON, the line read back as its typed answer: :meth:`decoded`)."""
         allowance = 0.0
@@ -455,12 +456,12 @@ class CommandRunner:
                 "print anything else to stderr)",
             )
         reply = self.reply_for(value)
-        if isinstance(query, dict) or reply.status != "answer":
+        if isinstance(query, dict | Query) or reply.status != "answer":
             return reply
         return self.decoded(query, reply)
 
     @staticmethod
-    def decoded(message: Message, reply: Reply) -> Reply:
+    def decoded(message: Message | StepMessage, reply: Reply) -> Reply:
         """A stateful answer line as ``message``'s typed answer, or ``bad_return``."""
         try:
             return Reply("answer", message.decode(reply.value))

@@ -88,6 +88,8 @@ from kvhit.contract import (
     Rejected,
     Snapshot,
     StatefulEngine,
+    StepEngine,
+    StepFactory,
     Store,
     TierMove,
     capabilities_of,
@@ -121,6 +123,10 @@ class Admit:
         """A program's answer line (:func:`decode_admit`)."""
         return decode_admit(value)
 
+    def call(self, engine: StatefulEngine) -> Admitted | Rejected:
+        """Ask a Python engine."""
+        return engine.admit(self.request, self.tokens)
+
 
 @dataclass(frozen=True)
 class Finish:
@@ -134,6 +140,10 @@ class Finish:
 
     def decode(self, value: Any) -> None:
         """A program's answer line: anything, ignored."""
+
+    def call(self, engine: StatefulEngine) -> None:
+        """Tell a Python engine."""
+        engine.finish(self.request)
 
 
 Op = Admit | Finish
@@ -168,6 +178,10 @@ class Look:
     def decode(self, value: Any) -> Snapshot:
         """A program's answer line (:func:`decode_snapshot`)."""
         return decode_snapshot(value, self.config)
+
+    def call(self, engine: StatefulEngine | StepEngine) -> Snapshot:
+        """Ask a Python engine."""
+        return engine.snapshot(self.tokens)
 
 
 Message = Create | Look | Admit | Finish
@@ -528,24 +542,20 @@ def check_row(row: Any, field: str, g: Group, hash_unit: int | None) -> tuple[bo
 
 
 class EngineHost:
-    """A Python engine behind the stateful messages: ``create`` makes it with
+    """A Python engine behind the stateful (or step) messages: ``create`` makes it with
     ``factory`` (called with the :class:`~kvhit.contract.EngineConfig`), the others are
-    calls on it, and its typed answers pass through as they are (the harness checks
-    them: :func:`check_admit`, :func:`check_snapshot`). ``capabilities`` is what the
-    factory declares."""
+    calls on it (each message's ``call``), and its typed answers pass through as they
+    are (the harness checks them: :func:`check_admit`, :func:`check_snapshot`).
+    ``capabilities`` is what the factory declares."""
 
-    def __init__(self, factory: EngineFactory):
+    def __init__(self, factory: EngineFactory | StepFactory):
         self.factory = factory
         self.capabilities = capabilities_of(factory)
-        self.engine: StatefulEngine | None = None
+        self.engine: Any = None
 
-    def __call__(self, message: Message) -> Any:
+    def __call__(self, message: Any) -> Any:
         if isinstance(message, Create):
             self.engine = self.factory(message.config)
             return None
-        assert self.engine is not None, "a stateful engine is created before it is used"
-        if isinstance(message, Look):
-            return self.engine.snapshot(message.tokens)
-        if isinstance(message, Admit):
-            return self.engine.admit(message.request, message.tokens)
-        return self.engine.finish(message.request)
+        assert self.engine is not None, "an engine is created before it is used"
+        return message.call(self.engine)
