@@ -43,7 +43,7 @@ FULL = (Group("full", 4),)
 HYBRID = (Group("full", 4), Group("mamba", 8))
 
 
-class Loop:
+class ProfiledLoop:
     """The random loop of arrivals, aborts and steps on one engine (module docstring)."""
 
     def __init__(self, seed: int, hybrid: bool, asynchronous: bool):
@@ -91,7 +91,7 @@ class Loop:
 
 def timed(steps: int, seed: int, hybrid: bool, asynchronous: bool) -> float:
     """Seconds for ``steps`` steps of the loop (the engine built before the clock)."""
-    loop = Loop(seed, hybrid, asynchronous)
+    loop = ProfiledLoop(seed, hybrid, asynchronous)
     start = time.perf_counter()
     for _ in range(steps):
         loop.step()
@@ -100,7 +100,7 @@ def timed(steps: int, seed: int, hybrid: bool, asynchronous: bool) -> float:
 
 def sampled(steps: int, seed: int, hybrid: bool, asynchronous: bool) -> Sampler:
     """The samples of ``steps`` steps of the loop."""
-    loop = Loop(seed, hybrid, asynchronous)
+    loop = ProfiledLoop(seed, hybrid, asynchronous)
     sampler = Sampler(threading.get_ident())
     switch = sys.getswitchinterval()
     sys.setswitchinterval(INTERVAL / 4)  # let the sampler in on time

@@ -43,6 +43,7 @@ from kvhit.contract import (
     EngineConfig,
     Scheduled,
     Snapshot,
+    StepLoop,
     StepPlan,
     StepResult,
 )
@@ -133,7 +134,9 @@ class StepImpl:
     is its load, and a program may fail one (:meth:`executed`).
     """
 
-    capabilities = Capabilities(drafters=frozenset(), hash_units=False)
+    capabilities = Capabilities(
+        drafters=frozenset(), hash_units=False, loop=StepLoop(load_failures=True)
+    )
 
     def __init__(self, config: EngineConfig):
         if config.hash_unit is not None or config.stores or any(g.drafter for g in config.groups):

@@ -69,7 +69,7 @@ be that size (:func:`hashed_at_block_size`); up to 0.32.0 a resumed request is i
 What it declares (:data:`SCHEDULER_CAPABILITIES`): what vLLM's ``KVCacheManager`` can be
 driven with (:func:`kvhit.engines.vllm.release.manager_capabilities`: the scheduler
 builds the same manager) without drafters and without tiers, and its loop
-(:class:`~kvhit.contract.Loop`): asynchronous or not, no cut steps (vLLM publishes a
+(:class:`~kvhit.contract.StepLoop`): asynchronous or not, no cut steps (vLLM publishes a
 block's hash when the step that writes it is scheduled, ``KVCacheManager.allocate_slots``
 → ``cache_blocks``, and relies on every scheduled step running; a cut the engine is
 handed anyway is the abort above), no load failures (no connector yet). No drafter: a drafter of
@@ -104,10 +104,10 @@ from typing import Any
 from kvhit.contract import (
     Capabilities,
     EngineConfig,
-    Loop,
     Rule,
     Scheduled,
     Snapshot,
+    StepLoop,
     StepPlan,
     StepResult,
 )
@@ -159,7 +159,7 @@ def hashed_at_block_size(q: Query) -> str | None:
 
 
 SCHEDULER_CAPABILITIES: Capabilities = replace(
-    manager_capabilities(RELEASE), drafters=frozenset(), tiers=False, loop=Loop(cuts=False)
+    manager_capabilities(RELEASE), drafters=frozenset(), tiers=False, loop=StepLoop(cuts=False)
 ).with_rules(Rule(hashed_at_block_size.__name__, hashed_at_block_size))
 """What the ``vllm-scheduler`` target can be driven with on the installed release
 (module docstring)."""
