@@ -75,7 +75,7 @@ class Option:
 
 
 @dataclass(frozen=True)
-class Loop:
+class StepLoop:
     """What a step-level engine (:class:`StepEngine`) can be driven through: whether
     its executor may ``cut`` a scheduled step short (an engine that publishes a block
     at schedule time relies on every scheduled step running, so it declares no cuts),
@@ -115,7 +115,7 @@ class Capabilities:
     hash_units: bool = True
     tiers: bool = False
     rules: tuple[Rule, ...] = ()
-    loop: Loop | None = None
+    loop: StepLoop | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kinds", frozenset(map(Kind, self.kinds)))
@@ -203,7 +203,7 @@ class Capabilities:
             conventions=frozenset(obj["conventions"]),
             hash_units=bool(obj["hash_units"]),
             tiers=bool(obj["tiers"]),
-            loop=Loop(**obj["loop"]) if obj.get("loop") else None,
+            loop=StepLoop(**obj["loop"]) if obj.get("loop") else None,
         )
 
 
@@ -221,7 +221,7 @@ def declare(
     hash_units: bool = True,
     tiers: bool = False,
     rules: Sequence[Rule] = (),
-    loop: Loop | None = None,
+    loop: StepLoop | None = None,
 ) -> Callable[[Any], Any]:
     """A decorator: the function (a lookup, or an engine factory) can be asked these
     (:class:`Capabilities`); kvhit draws nothing else for it. A factory of step-level

@@ -34,8 +34,13 @@ the request does not have or lacks a table per group is ``bad_return``.
     ...         {"op": "step"}, {"op": "step"},
     ...         {"op": "arrive", "request": 1, "prompt": [1, 2, 3, 4, 9], "output": [7]}]})
     >>> run = run_steps(TargetSpec("impl-steps").open(Mode.STATEFUL), program)
-    >>> [(r.label, str(r.outcome.cls)) for r in run.records][:3]
-    [('step 1: r0 0..4', 'ok'), ('step 2: r0 4..5', 'ok'), ('step 3: r1 4..5 (hit 4)', 'ok')]
+    >>> [r.label for r in run.records]
+    ['arrive r0 [1 2 3 4 5]', 'step 1: r0 0..4 (hit 0)', 'step 2: r0 4..5', 'arrive r1 [1 2 3 4 9]', 'step 3: r1 4..5 (hit 4)']
+    >>> str(run.verdict.cls)
+    'ok'
+
+The second request hits the 4 tokens the first wrote, once the step that wrote them
+was reported (``tests/broken_steps.py`` has engines that break each rule).
 """
 
 from __future__ import annotations
@@ -51,7 +56,15 @@ from kvhit.harness.saved import StepsFile
 from kvhit.model.spec import Group, Kind
 from kvhit.targets.runner import Reply, Runner
 from kvhit.targets.stateful import Create
-from kvhit.targets.steps import Abort, Arrive, Event, Report, Schedule, Step, StepProgram
+from kvhit.targets.steps import (
+    Abort,
+    Arrive,
+    ProgramEvent,
+    Report,
+    Schedule,
+    StepEvent,
+    StepProgram,
+)
 from kvhit.targets.target_record import TargetRecord
 
 IDLE_STEPS = 3
@@ -59,7 +72,7 @@ IDLE_STEPS = 3
 
 
 @dataclass
-class Live:
+class Running:
     """A request kvhit has sent: its arrival, what it sampled so far, and what its
     last step left it reading."""
 
@@ -71,6 +84,12 @@ class Live:
     def tokens(self) -> tuple[int, ...]:
         """Its prompt, then what it sampled."""
         return self.arrival.prompt + tuple(self.sampled)
+
+    @property
+    def sequence(self) -> tuple[int, ...]:
+        """Its prompt, then everything the executor will sample for it (a step
+        scheduled before the last one is reported computes a token not sampled yet)."""
+        return self.arrival.prompt + self.arrival.output
 
 
 @dataclass(frozen=True)
@@ -91,7 +110,7 @@ class Pending:
 
     number: int
     plan: StepPlan
-    step: Step
+    step: StepEvent
     tokens: dict[int, tuple[int, ...]]
 
 
@@ -110,7 +129,7 @@ class StepLedger:
         for i, g in enumerate(self.groups):
             b, c = g.block_size, s.computed
             for j in still_read(g, c):
-                if j * b >= c:
+                if j < 0 or j * b >= c:
                     continue
                 block = s.tables[i][j] if j < len(s.tables[i]) else None
                 end = min((j + 1) * b, c)
@@ -177,12 +196,12 @@ class StepRun:
         self.program = program
         self.groups = program.config.groups
         self.ledger = StepLedger(self.groups)
-        self.live: dict[int, Live] = {}
+        self.live: dict[int, Running] = {}
         self.done: set[int] = set()
         self.pending: list[Pending] = []
         self.last: StepPlan = StepPlan(())
         self.records: list[LogEntry] = []
-        self.events: list[Event] = []
+        self.events: list[ProgramEvent] = []
         self.number = 0
 
     @property
@@ -212,9 +231,9 @@ class StepRun:
         the steps of the drain included)."""
         return StepDisagreement(target, self.program.with_events(self.events), tuple(self.records))
 
-    def event(self, event: Event) -> bool:
+    def event(self, event: ProgramEvent) -> bool:
         """Run one event; whether the run goes on."""
-        if isinstance(event, Step):
+        if isinstance(event, StepEvent):
             return self.step(event)
         self.events.append(event)
         label = (f"arrive r{event.request} {tokens_text(event.prompt)}" if isinstance(event, Arrive)
@@ -225,7 +244,7 @@ class StepRun:
         if reply.status != "answer":
             return self.fail(label, reply, label.split()[0])
         if isinstance(event, Arrive):
-            self.live[event.request] = Live(event)
+            self.live[event.request] = Running(event)
         else:
             self.end(event.request)
         return self.note(label, Outcome(Verdict.OK), counted=False)
@@ -235,7 +254,7 @@ class StepRun:
         self.live.pop(request, None)
         self.done.add(request)
 
-    def step(self, step: Step) -> bool:
+    def step(self, step: StepEvent) -> bool:
         """Schedule a step, check it, write it; report the oldest unreported one."""
         self.events.append(step)
         self.number += 1
@@ -253,7 +272,7 @@ class StepRun:
         outcome = self.check(plan)
         if outcome.disagrees:
             return self.note(label, outcome)
-        tokens = {s.request: self.live[s.request].tokens for s in plan.scheduled}
+        tokens = {s.request: self.live[s.request].sequence for s in plan.scheduled}
         self.pending.append(Pending(self.number, plan, step, tokens))
         if len(self.pending) > int(self.program.config.asynchronous):
             return self.note(label, self.report(self.pending.pop(0)))
@@ -270,7 +289,7 @@ class StepRun:
             live = self.live.get(s.request)
             if live is None:
                 return f"schedule: schedules r{s.request}, which is not running"
-            if s.computed < 0 or s.new < 1 or s.end > len(live.tokens):
+            if s.computed < 0 or s.new < 1 or s.end > len(live.tokens) + len(self.pending):
                 return (f"schedule: r{s.request} computes {s.computed}..{s.end} of its "
                         f"{len(live.tokens)} tokens")  # fmt: skip
             if len(s.tables) != len(self.groups):
@@ -282,12 +301,12 @@ class StepRun:
     def check(self, plan: StepPlan) -> Outcome:
         """Every scheduled request's reads, then the writes, then what running requests
         still read."""
-        writes = {s.request: self.ledger.writes(s, self.live[s.request].tokens, self.number)
+        writes = {s.request: self.ledger.writes(s, self.live[s.request].sequence, self.number)
                   for s in plan.scheduled}  # fmt: skip
         step = {block: Content(c.group, c.tokens, r, c.op, c.end, c.start)
                 for r, w in writes.items() for block, c in w.items()}  # fmt: skip
         for s in plan.scheduled:
-            for need in self.ledger.reads(s, self.live[s.request].tokens):
+            for need in self.ledger.reads(s, self.live[s.request].sequence):
                 problem = self.ledger.problem(need, s.request, step)
                 if problem:
                     return Outcome(Verdict.UNSAFE, s.hit, problem)
@@ -299,7 +318,7 @@ class StepRun:
 
     def holds(self, s: Scheduled) -> Iterator[Need]:
         """What the request reads for its next step once this one ran."""
-        tokens = self.live[s.request].tokens
+        tokens = self.live[s.request].sequence
         for i, g in enumerate(self.groups):
             for j in still_read(g, s.end):
                 block = s.tables[i][j] if j < len(s.tables[i]) else None
@@ -334,7 +353,7 @@ class StepRun:
         if read:
             return Outcome(Verdict.UNSAFE, reason=read)
         ran = tuple(
-            self.ran(s)
+            self.ran(s, invalid)
             for s in pending.plan.scheduled
             if s.request in self.live and s.request not in cut
         )
@@ -376,12 +395,14 @@ class StepRun:
                     out.add(block)
         return out
 
-    def ran(self, s: Scheduled) -> Ran:
+    def ran(self, s: Scheduled, invalid: set[int]) -> Ran:
         """What the executor samples for ``s``: the request's next output token once
-        its step reaches the last token it has."""
+        its step reaches the last token it has; nothing when its tables hold a block
+        whose load failed (what it sampled is garbage, to be computed again)."""
         live = self.live[s.request]
         output = live.arrival.output
-        if s.end < len(live.tokens) or len(live.sampled) >= len(output):
+        spoiled = any(b in invalid for table in s.tables for b in table)
+        if spoiled or s.end < len(live.tokens) or len(live.sampled) >= len(output):
             return Ran(s.request, ())
         return Ran(s.request, (output[len(live.sampled)],))
 
@@ -395,7 +416,7 @@ class StepRun:
         for _ in range(limit):
             if not self.live:
                 return self.flushed()
-            if not self.step(Step()):
+            if not self.step(StepEvent()):
                 return False
             idle = 0 if self.last.scheduled else idle + 1
             if idle >= IDLE_STEPS:

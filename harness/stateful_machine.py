@@ -73,8 +73,7 @@ from kvhit.harness.tally import OnProgress, Tally
 from kvhit.model.spec import Group, Kind, Query
 from kvhit.targets.runner import Runner
 from kvhit.targets.stateful import Admit, Finish, Program
-from kvhit.targets.steps import Abort, Arrive, Failure, StepProgram
-from kvhit.targets.steps import Step as StepEvent
+from kvhit.targets.steps import Abort, Arrive, Failure, StepEvent, StepProgram
 from kvhit.targets.target_record import TargetRecord
 
 VOCAB = 3  # few token values: prompts share prefixes by chance too

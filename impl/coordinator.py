@@ -374,9 +374,13 @@ class Coordinator:
             self.stores[r.tier].slots.free([r.slot])
         return CacheHit(hit.length, hit.first, blocks) if restores else hit
 
-    def allocate(self, request: Request, hit: CacheHit, copy: Copy | None = None) -> CacheHit:
+    def allocate(
+        self, request: Request, hit: CacheHit, copy: Copy | None = None, upto: int | None = None
+    ) -> CacheHit:
         """Give the request its block tables: the hit's blocks (a block only a store
-        holds restored first: :meth:`restore`), then new ones; the hit as allocated.
+        holds restored first: :meth:`restore`), then new ones through token ``upto``
+        (default: every token; a scheduler that computes a prompt in chunks grows them
+        later: :meth:`extend`); the hit as allocated.
 
         Every group's hit blocks are taken before any group's new blocks: a new block
         comes from the free queue, which also holds the cached blocks nobody runs on,
@@ -396,7 +400,7 @@ class Coordinator:
             b = self.groups[i].block_size
             partial = bool(hit.length % b and blocks)
             kept = blocks[:-1] if partial else blocks
-            table = m.allocate(kept, first, request.num_tokens)
+            table = m.allocate(kept, first, request.num_tokens if upto is None else upto)
             if partial:
                 if copy is not None:
                     copy(i, blocks[-1], table[first + len(kept)])
@@ -407,16 +411,33 @@ class Coordinator:
             request.filled_from.append(first if blocks else -(-hit.length // b))
         return hit
 
-    def cache_full_blocks(self, request: Request) -> None:
-        """After prefill: cache every block the request filled, a partially filled one
-        up to its last keyed unit."""
-        for i, (m, table, hashes) in enumerate(zip(self.managers, request.tables, request.hashes)):
-            m.cache_full_blocks(table, hashes, self.per_block(i), request.filled_from[i])
-
-    def drop_skipped(self, request: Request) -> None:
-        """Free the blocks no token after the request's last one reads."""
+    def extend(self, request: Request, num_tokens: int) -> None:
+        """Grow every group's table with new blocks to hold ``num_tokens`` tokens."""
         for m, table in zip(self.managers, request.tables):
-            m.drop_skipped(table, request.num_tokens)
+            m.extend(table, num_tokens)
+
+    def grown(self, request: Request, tokens: Sequence[int]) -> Request:
+        """The request with more tokens (those it generated): a new request over
+        ``tokens`` holding the same blocks; the old one lets go of its hashes."""
+        longer = self.request(tokens)
+        longer.tables, longer.filled_from = request.tables, request.filled_from
+        request.tables = [[] for _ in self.groups]
+        self.free(request)
+        return longer
+
+    def cache_full_blocks(self, request: Request, upto: int | None = None) -> None:
+        """After prefill: cache every block the request filled, a partially filled one
+        up to its last keyed unit; with ``upto``, only the units that end by token
+        ``upto`` (what the steps run so far wrote)."""
+        for i, (m, table, hashes) in enumerate(zip(self.managers, request.tables, request.hashes)):
+            keys = hashes if upto is None else hashes[: upto // self.units[i]]
+            m.cache_full_blocks(table, keys, self.per_block(i), request.filled_from[i])
+
+    def drop_skipped(self, request: Request, upto: int | None = None) -> None:
+        """Free the blocks no token after the request's last one (with ``upto``: after
+        its first ``upto`` tokens) reads."""
+        for m, table in zip(self.managers, request.tables):
+            m.drop_skipped(table, request.num_tokens if upto is None else upto)
 
     def free(self, request: Request) -> None:
         """The request is finished: free all its blocks and release its hashes."""

@@ -109,12 +109,15 @@ class Engine:
         return self.model.prefill(list(tokens), 0, [], self.store).logits
 
 
-def fresh_blocks(coord: Coordinator, request: Request, hit: CacheHit) -> int:
-    """How many new blocks the request needs after its hit, over every group (a block
-    the hit ends inside is copied into a new one, a block only a store holds is
-    restored into one)."""
+def fresh_blocks(
+    coord: Coordinator, request: Request, hit: CacheHit, upto: int | None = None
+) -> int:
+    """How many new blocks the request needs after its hit to hold its tokens (with
+    ``upto``, its first ``upto``), over every group (a block the hit ends inside is
+    copied into a new one, a block only a store holds is restored into one)."""
+    num_tokens = request.num_tokens if upto is None else upto
     return len(hit.restores()) + sum(
-        -(-request.num_tokens // g.block_size)
+        -(-num_tokens // g.block_size)
         - first
         - len(blocks)
         + bool(hit.length % g.block_size and blocks)

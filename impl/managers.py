@@ -49,9 +49,14 @@ class GroupManager(ABC):
         """The block table of a request of ``num_tokens`` tokens that reuses the cached
         blocks ``reused`` (already touched: :meth:`BlockPool.touch`) from block index
         ``first`` on: null blocks before them, new blocks after them."""
+        table = [NULL_BLOCK] * first + list(reused)
+        self.extend(table, num_tokens)
+        return table
+
+    def extend(self, table: list[int], num_tokens: int) -> None:
+        """Append new blocks to ``table`` until it holds ``num_tokens`` tokens."""
         count = -(-num_tokens // self.group.block_size)
-        fresh = [self.pool.allocate() for _ in range(count - first - len(reused))]
-        return [NULL_BLOCK] * first + list(reused) + fresh
+        table.extend(self.pool.allocate() for _ in range(count - len(table)))
 
     def cache_full_blocks(
         self, table: list[int], keys: torch.Tensor, per_block: int, start: int = 0

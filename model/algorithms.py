@@ -12,6 +12,9 @@ when the per-group hits diverge: :func:`max_of_groups` (vLLM #46453),
 :func:`full_attention_alone`, :func:`dense_min_mamba_trimmed` (vLLM #45804) and
 :func:`local_then_external` (LMCache #4674, vLLM PR #54302).
 
+After a failed KV load (docs/design.md §1.8), the recovered hit and the known-wrong
+recovery rules are :mod:`kvhit.model.recovery`'s (``WRONG_RECOVERY_RULES``).
+
 The seed's minimal counterexample (two window-2 groups, b = 1, M = 2):
 
     >>> from kvhit.model.protocol import parse_query

@@ -85,6 +85,7 @@ THEOREM_MODULES = [
     "kvhit.proofs.theorems.impl_formula",
     "kvhit.proofs.theorems.lookup",
     "kvhit.proofs.theorems.tiers",
+    "kvhit.proofs.theorems.recovery",
 ]
 """Every module that defines ``THEOREMS``, in the order ``kvhit prove`` runs them."""
 

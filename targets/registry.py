@@ -21,7 +21,7 @@ where its capabilities cannot say it; and how to install it when it is missing.
     >>> load("model", Mode.STATEFUL)
     Traceback (most recent call last):
     ...
-    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, vllm, vllm-connector, sglang, or module:factory
+    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, impl-steps, vllm, vllm-connector, vllm-scheduler, sglang, or module:factory
 
 Built-ins are imported only when asked for, so ``vllm`` and ``sglang`` cost nothing unless used.
 """
@@ -104,6 +104,7 @@ BUILTINS: dict[str, BuiltIn] = {
     "model": BuiltIn("kvhit.targets.registry:model_target"),
     "seed-min": BuiltIn("kvhit.targets.registry:seed_min_target"),
     "impl": BuiltIn("kvhit.impl.target:impl_target", "kvhit.impl.stateful_target:StatefulImpl"),
+    "impl-steps": BuiltIn(stateful="kvhit.impl.step_engine:StepImpl"),
     "vllm": BuiltIn(
         "kvhit.engines.vllm.target:vllm_lookup",
         "kvhit.engines.vllm.manager:vllm_manager_engine",
@@ -121,6 +122,9 @@ BUILTINS: dict[str, BuiltIn] = {
         "kvhit.engines.vllm.connector_engine:vllm_offload_engine",
         hint=VLLM_HINT,
         options="kvhit.engines.vllm.options:CONNECTOR_OPTIONS",
+    ),
+    "vllm-scheduler": BuiltIn(
+        stateful="kvhit.engines.vllm.scheduler_engine:VllmSchedulerEngine", hint=VLLM_HINT
     ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",

@@ -17,14 +17,12 @@ event                                                       meaning
                                                             after the last)
 ``{"op": "abort", "request": r}``                           the client gives up on r
 ``{"op": "step"}``, with any of ``"cut": [r, ...]``,        the engine schedules a step and
-``"fail": [[r, g, j], ...]``, ``"accept": {"r": n}``        kvhit runs it: the parts of the
+``"fail": [[r, g, j], ...]``                                kvhit runs it: the parts of the
                                                             requests in ``cut`` never run
                                                             (each is aborted in flight);
                                                             block j of group g of r's table,
                                                             if r loads it in this step, is
-                                                            reported as a failed load; r's
-                                                            drafts are accepted up to n (all
-                                                            by default)
+                                                            reported as a failed load
 ==========================================================  ================================
 
 The configuration is the atomic protocol's (groups, ``num_blocks``, alignment, hash
@@ -37,7 +35,7 @@ been aborted.
     ...         {"op": "arrive", "request": 0, "prompt": [1, 2, 3], "output": [4]},
     ...         {"op": "step", "cut": [0]}]})
     >>> program.events[1], program.config.budget
-    (Step(cut=(0,), fail=(), accept=()), 4)
+    (StepEvent(cut=(0,), fail=()), 4)
 
 A malformed program is a :class:`~kvhit.model.protocol.QueryError` naming the field:
 
@@ -113,16 +111,11 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Step:
+class StepEvent:
     """One step: the engine schedules, kvhit runs it with these mishaps."""
 
     cut: tuple[int, ...] = ()
     fail: tuple[Failure, ...] = ()
-    accept: tuple[tuple[int, int], ...] = ()
-
-    def accepted(self, request: int, drafts: int) -> int:
-        """How many of ``request``'s ``drafts`` the executor accepts."""
-        return min(drafts, dict(self.accept).get(request, drafts))
 
     def to_json(self) -> dict[str, Any]:
         """The event's protocol form."""
@@ -131,12 +124,10 @@ class Step:
             out["cut"] = list(self.cut)
         if self.fail:
             out["fail"] = [[f.request, f.group, f.index] for f in self.fail]
-        if self.accept:
-            out["accept"] = {str(r): n for r, n in self.accept}
         return out
 
 
-Event = Arrive | Abort | Step
+ProgramEvent = Arrive | Abort | StepEvent
 
 
 @dataclass(frozen=True)
@@ -233,13 +224,13 @@ class StepProgram:
     """A step-level engine's configuration and the events to run on it, in order."""
 
     config: EngineConfig
-    events: tuple[Event, ...] = ()
+    events: tuple[ProgramEvent, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The program as JSON (the replay file's ``program``)."""
         return {**self.config.to_json(), "events": [e.to_json() for e in self.events]}
 
-    def with_events(self, events: Sequence[Event]) -> StepProgram:
+    def with_events(self, events: Sequence[ProgramEvent]) -> StepProgram:
         """The same configuration with other events."""
         return replace(self, events=tuple(events))
 
@@ -275,12 +266,12 @@ def _tokens(value: Any, field: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def parse_events(events: list[Any], num_groups: int) -> tuple[Event, ...]:
+def parse_events(events: list[Any], num_groups: int) -> tuple[ProgramEvent, ...]:
     """A program's events, each checked against the ones before it (a request arrives
     once, before anything names it, and is aborted at most once)."""
     arrived: set[int] = set()
     aborted: set[int] = set()
-    out: list[Event] = []
+    out: list[ProgramEvent] = []
     for i, obj in enumerate(events):
         event = parse_event(obj, f"events[{i}]", arrived, num_groups)
         if isinstance(event, Arrive):
@@ -295,7 +286,7 @@ def parse_events(events: list[Any], num_groups: int) -> tuple[Event, ...]:
     return tuple(out)
 
 
-def parse_event(obj: Any, field: str, arrived: set[int], num_groups: int) -> Event:
+def parse_event(obj: Any, field: str, arrived: set[int], num_groups: int) -> ProgramEvent:
     """One event; :class:`QueryError` naming it."""
     if not isinstance(obj, dict) or obj.get("op") not in ("arrive", "abort", "step"):
         raise QueryError(field, "must be {'op': 'arrive' | 'abort' | 'step', ...}")
@@ -318,9 +309,9 @@ def _known(request: Any, field: str, arrived: set[int]) -> int:
     return int(request)
 
 
-def parse_step(obj: dict[str, Any], field: str, arrived: set[int], num_groups: int) -> Step:
+def parse_step(obj: dict[str, Any], field: str, arrived: set[int], num_groups: int) -> StepEvent:
     """A ``step`` event's mishaps."""
-    unknown = set(obj) - {"op", "cut", "fail", "accept"}
+    unknown = set(obj) - {"op", "cut", "fail"}
     if unknown:
         raise QueryError(f"{field}.{sorted(unknown)[0]}", "is no field of a step")
     cut = obj.get("cut", [])
@@ -332,17 +323,7 @@ def parse_step(obj: dict[str, Any], field: str, arrived: set[int], num_groups: i
         raise QueryError(f"{field}.fail", "must be a list of [request, group, block index]")
     fails = tuple(parse_failure(f, f"{field}.fail[{k}]", arrived, num_groups)
                   for k, f in enumerate(fail))  # fmt: skip
-    accept = obj.get("accept", {})
-    if not isinstance(accept, dict):
-        raise QueryError(f"{field}.accept", "must map requests to accepted drafts")
-    accepts = []
-    for key, n in accept.items():
-        where = f"{field}.accept.{key}"
-        request = _known(int(key) if str(key).isdigit() else key, where, arrived)
-        if not _count(n, 0):
-            raise QueryError(where, f"must be a non-negative integer, got {n!r}")
-        accepts.append((request, n))
-    return Step(cuts, fails, tuple(accepts))
+    return StepEvent(cuts, fails)
 
 
 def parse_failure(obj: Any, field: str, arrived: set[int], num_groups: int) -> Failure:

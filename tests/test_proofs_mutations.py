@@ -19,7 +19,7 @@ import z3
 from test_proofs_tiers import tier_rows_lent
 
 from kvhit.impl import coordinator, formula
-from kvhit.model import algorithms, finders, spec
+from kvhit.model import algorithms, finders, recovery, spec
 from kvhit.model.algorithms import Loop
 from kvhit.model.finders import Scan
 from kvhit.model.ops import PY
@@ -140,6 +140,12 @@ def fine_row_mamba_all_units(g: Any, row: Any, unit: int) -> tuple[bool, ...]:
     )
 
 
+def named_or_after(indices: Any, j: Any, ops: Any = PY) -> Any:
+    """Block j pruned when it is invalid or comes after an invalid block of its group
+    (vLLM's eviction of the "downstream dependent blocks"), so no hit skips a hole."""
+    return ops.or_(*(ops.and_(i >= 0, i <= j) for i in indices))
+
+
 def none_drafter_drops(self: Any) -> bool:
     """A group whose drafter drops nothing (none) treated as an eagle group."""
     return self.drafter in (Drafter.DROP, Drafter.NONE)
@@ -203,6 +209,7 @@ BREAKS: dict[str, tuple[int | None, Patch]] = {
     ),
     "fine_row_faithful": (2, patch_fine_row),
     "tiered_fixed_point_longest": (2, lambda mp: mp.setattr(spec, "tier_rows", tier_rows_lent)),
+    "recovered_is_longest": (2, lambda mp: mp.setattr(recovery, "named", named_or_after)),
 }
 """Claims expected to hold: (bound, the break)."""
 
@@ -245,6 +252,15 @@ REPAIRS: dict[str, tuple[int, Patch]] = {
             ),
         )
         for name, run in algorithms.WRONG_TIER_COMBINATIONS.items()
+    },
+    **{
+        f"{run.__name__}_recovers": (
+            3,
+            lambda mp, name=name: mp.setitem(
+                recovery.WRONG_RECOVERY_RULES, name, recovery.recovered_length
+            ),
+        )
+        for name, run in recovery.WRONG_RECOVERY_RULES.items()
     },
 }
 """Known-wrong algorithms: (bound, the repair)."""

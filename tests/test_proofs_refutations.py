@@ -1,13 +1,15 @@
-"""Theorems 5 and 7 at small bounds, and their counterexamples run through the plain model."""
+"""Theorems 5, 7 and 11 at small bounds, and their counterexamples run through the plain
+model."""
 
 from __future__ import annotations
 
 import pytest
 import z3
 
+from kvhit.model import recovery
 from kvhit.model.algorithms import brute_force, fixed_point, min_of_groups, single_pass
 from kvhit.model.spec import Drafter, Kind, Upto, fine_query
-from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem, all_theorems
+from kvhit.proofs.registry import Counterexample, Goal, Status, Theorem, all_theorems, get
 from kvhit.proofs.runner import run_theorem
 from kvhit.proofs.theorems import eagle, min_groups
 
@@ -113,3 +115,40 @@ def test_the_eagle_margin_on_mamba_breaks_a_mamba_group_without_a_drop(
     assert (got > best) if unsafe else (got < best)
     assert fixed_point(q) == best
     assert all(g.eagle for g in eagle.margin_groups(fine_query(q)).groups if g.kind == Kind.MAMBA)
+
+
+def test_the_recovery_theorem_is_proved_at_a_small_bound() -> None:
+    result = run_theorem(get("recovered_is_longest"), bound=2)
+    assert result.status == Status.PROVED, result.detail
+    assert all(g.status == "unsat" and g.context for g in result.goals)
+    assert any(g.name.endswith("recovered_length") for g in result.goals)
+
+
+RULE_VERDICTS = {
+    "truncate at the first invalid block": (1, True),
+    "per-group truncation, then the min": (2, True),
+    "full attention alone": (2, True),
+    "replay from zero": (1, False),
+}
+"""Each wrong recovery rule: the fewest groups its counterexample can have, and whether
+it is unsafe (else it loses reuse)."""
+
+
+@pytest.mark.parametrize("name", sorted(recovery.WRONG_RECOVERY_RULES))
+def test_each_wrong_recovery_rule_is_refuted_concretely(name: str) -> None:
+    """The counterexample is drawn as the pruned query (so its L* is the recovered
+    one), and its note names the invalid blocks; run through the plain model, the rule
+    answers otherwise than the recovered length, in the direction the rule errs."""
+    run = recovery.WRONG_RECOVERY_RULES[name]
+    result = run_theorem(get(f"{run.__name__}_recovers"), bound=3)
+    assert result.status == Status.REFUTED, result.detail
+    cx = result.counterexample
+    assert cx is not None and cx.broken and cx.algorithm == name
+    assert cx.answers["recovered L*"] == brute_force(cx.query) == fixed_point(cx.query)
+    assert "reported invalid, drawn as not cached: group" in cx.note
+    groups, unsafe = RULE_VERDICTS[name]
+    assert len(cx.query.groups) == groups
+    assert (cx.length > brute_force(cx.query)) if unsafe else (cx.length < brute_force(cx.query))
+    assert cx.answers["hit before the failure"] >= cx.answers["recovered L*"]
+    if name == "full attention alone":
+        assert Kind.FULL in [g.kind for g in cx.query.groups]

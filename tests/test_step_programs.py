@@ -12,7 +12,7 @@ import pytest
 from kvhit.contract import Scheduled, StepPlan
 from kvhit.harness.saved import StepsFile, decode
 from kvhit.model.protocol import QueryError
-from kvhit.targets.steps import Abort, Arrive, Failure, Step, StepProgram, decode_plan
+from kvhit.targets.steps import Abort, Arrive, Failure, StepEvent, StepProgram, decode_plan
 from kvhit.targets.wire import BadReturn
 
 GROUPS = [{"kind": "full", "block_size": 2}, {"kind": "mamba", "block_size": 2}]
@@ -32,7 +32,7 @@ def test_a_program_parses_and_prints_back() -> None:
     parsed = StepProgram.from_json(obj)
     assert parsed.events == (
         Arrive(0, (1, 2, 3), (4, 5)),
-        Step(cut=(0,), fail=(Failure(0, 1, 0),)),
+        StepEvent(cut=(0,), fail=(Failure(0, 1, 0),)),
         Abort(0),
     )
     assert parsed.config.budget == 4 and not parsed.config.asynchronous

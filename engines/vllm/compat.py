@@ -33,15 +33,23 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
+
+
+@lru_cache(maxsize=256)
+def parameters(func: Callable[..., Any]) -> frozenset[str]:
+    """The names of ``func``'s parameters (a class: its constructor's), read once: a
+    signature costs more than a scheduler step."""
+    return frozenset(inspect.signature(func).parameters)
 
 
 def takes(func: Callable[..., Any], name: str) -> bool:
     """Whether ``func`` (a class: its constructor) has a parameter called ``name``."""
-    return name in inspect.signature(func).parameters
+    return name in parameters(func)
 
 
 def accepted(func: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
     """The keyword ``options`` that ``func`` takes in the installed release."""
-    params = inspect.signature(func).parameters
+    params = parameters(func)
     return {name: value for name, value in options.items() if name in params}

@@ -55,14 +55,13 @@ from kvhit.contract import (
 )
 from kvhit.engines.vllm.connector_lookup import CAPABILITIES, build_scheduler, driven, observe
 from kvhit.engines.vllm.kv_connector import TieredConnector, loaded_blocks
-from kvhit.engines.vllm.manager import snapshot_row
+from kvhit.engines.vllm.manager import new_request, pool_rows, snapshot_row
 from kvhit.engines.vllm.options import DivergentHits
 from kvhit.engines.vllm.release import MAX_MODEL_LEN, import_failure
 from kvhit.errors import TargetError, Unsupported
 from kvhit.model.spec import Query, Tier, Upto, local_query
 
 try:
-    from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import (
         BlockHash,
@@ -197,10 +196,7 @@ class VllmOffloadEngine:
 
     def request(self, request_id: str, tokens: Sequence[int]) -> Request:
         """vLLM's request of these tokens, hashed by vLLM's block hasher."""
-        options = {"pooling_params": None, "eos_token_id": None, "block_hasher": self.hasher}
-        return Request(
-            request_id, list(tokens), SamplingParams(max_tokens=1), **accepted(Request, options)
-        )
+        return new_request(request_id, tokens, self.hasher)
 
     def stored_row(self, hashes: list[BlockHash], group_id: int) -> tuple[bool | Upto, ...] | None:
         """The store's row for group ``group_id`` over these hashes (each block whose key
@@ -235,15 +231,7 @@ class VllmOffloadEngine:
     def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """The pool's rows for ``tokens`` and, with a store, what it holds of them."""
         hashes = self.request("snapshot", tokens).block_hashes
-        local = tuple(
-            snapshot_row(hashes, g.block_size, self.pool.hash_block_size, False, self.pooled(i))
-            for i, g in enumerate(self.groups)
-        )
-        return Snapshot(local, self.stored(hashes))
-
-    def pooled(self, group_id: int) -> Any:
-        """Whether the pool holds a key of group ``group_id``."""
-        return lambda key: self.pool.get_cached_block(key, [group_id]) is not None
+        return Snapshot(pool_rows(self.pool, self.groups, hashes, False), self.stored(hashes))
 
     def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """Schedule the prompt through vLLM's scheduler (module docstring)."""

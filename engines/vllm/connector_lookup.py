@@ -58,6 +58,7 @@ import torch
 from kvhit.contract import Capabilities, QueryTarget, Rule
 from kvhit.engines.vllm.compat import accepted
 from kvhit.engines.vllm.kv_connector import TieredConnector, loaded_blocks
+from kvhit.engines.vllm.manager import new_request
 from kvhit.engines.vllm.options import DIVERGENT, DivergentHits
 from kvhit.engines.vllm.release import (
     MAX_MODEL_LEN,
@@ -81,7 +82,6 @@ try:
         SchedulerConfig,
         VllmConfig,
     )
-    from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator
     from vllm.v1.core.kv_cache_manager import KVCacheManager
@@ -188,28 +188,49 @@ def model_dir() -> str:
     return str(path)
 
 
+MAX_SEQS = 4
+"""The most requests vLLM's scheduler runs at once here (``max_num_seqs``, at most the
+token budget, as ``SchedulerConfig`` asks); more wait in its queue."""
+
+
 @lru_cache(maxsize=16)
-def vllm_config(block_size: int, mamba: bool, divergent: str) -> VllmConfig:
+def vllm_config(
+    block_size: int,
+    mamba: bool,
+    divergent: str | None,
+    budget: int = MAX_MODEL_LEN,
+    asynchronous: bool | None = None,
+) -> VllmConfig:
     """vLLM's config for a scheduler of ``block_size`` tokens per scheduler block,
-    prefix caching on, Mamba states cached at block boundaries (``align``) when the
-    model has Mamba layers, and kvhit's connector with its capability flag."""
+    prefix caching on, Mamba states cached at block boundaries (``align``, where the
+    release's ``CacheConfig`` has ``mamba_cache_mode``) when the model has Mamba layers,
+    and kvhit's connector with its capability flag ``divergent`` (None: no connector).
+    ``budget`` is the token budget of a step (``max_num_batched_tokens``, chunked
+    prefill on) and ``asynchronous`` vLLM's ``async_scheduling`` (None: vLLM decides,
+    ``VllmConfig.__post_init__``)."""
     model = ModelConfig(
         model=model_dir(), skip_tokenizer_init=True, max_model_len=MAX_MODEL_LEN, dtype="float32"
     )
     scheduler = SchedulerConfig(
-        max_num_seqs=4,
-        max_num_batched_tokens=MAX_MODEL_LEN,
+        max_num_seqs=min(MAX_SEQS, budget),
+        max_num_batched_tokens=budget,
         max_model_len=MAX_MODEL_LEN,
         is_encoder_decoder=False,
+        enable_chunked_prefill=True,
+        async_scheduling=asynchronous,
     )
     mode = {"mamba_cache_mode": "align"} if mamba else {}
-    cache_config = CacheConfig(block_size=block_size, enable_prefix_caching=True, **mode)
-    transfer = KVTransferConfig(
-        kv_connector=TieredConnector.__name__,
-        kv_connector_module_path=CONNECTOR,
-        kv_role="kv_both",
-        kv_connector_extra_config={"divergent_hits": divergent},
+    cache_config = CacheConfig(
+        block_size=block_size, enable_prefix_caching=True, **accepted(CacheConfig, mode)
     )
+    transfer = None
+    if divergent is not None:
+        transfer = KVTransferConfig(
+            kv_connector=TieredConnector.__name__,
+            kv_connector_module_path=CONNECTOR,
+            kv_role="kv_both",
+            kv_connector_extra_config={"divergent_hits": divergent},
+        )
     return VllmConfig(
         model_config=model,
         scheduler_config=scheduler,
@@ -270,18 +291,31 @@ def build_scheduler(q: Query, num_blocks: int, divergent: DivergentHits) -> Sche
     ``supports_divergent_local_hybrid_hits``; :class:`Unsupported` where vLLM refuses
     the configuration while building it."""
     mamba = any(g.kind == Kind.MAMBA for g in q.groups)
+    config = vllm_config(scheduler_block_size(q), mamba, str(divergent))
+    return make_scheduler(q, num_blocks, config, Scheduler)
+
+
+def make_scheduler(
+    q: Query, num_blocks: int, config: VllmConfig, cls: type[Scheduler] = Scheduler
+) -> Scheduler:
+    """vLLM's scheduler of class ``cls`` (``Scheduler`` or a subclass, as vLLM's
+    ``SchedulerConfig.scheduler_cls`` names it) for ``q``'s groups (the ``vllm``
+    target's specs, :func:`kvhit.engines.vllm.target.kv_cache_config`) with a pool of
+    ``num_blocks`` blocks (null block included), configured by ``config``, hashing at
+    ``q``'s hash unit (``hash_block_size``, 0.20.0+; before, vLLM's scheduler hashes at
+    its block size); :class:`Unsupported` where vLLM refuses the configuration while
+    building it."""
     block_size = scheduler_block_size(q)
-    config = vllm_config(block_size, mamba, str(divergent))
     pool = replace(kv_cache_config(q), num_blocks=num_blocks)
     config.cache_config.num_gpu_blocks = num_blocks
     try:
-        built = Scheduler(
+        built = cls(
             vllm_config=config,
             kv_cache_config=pool,
             structured_output_manager=StructuredOutputManager(config),
             block_size=block_size,
-            hash_block_size=hash_block_size(q),
             log_stats=False,
+            **accepted(Scheduler.__init__, {"hash_block_size": hash_block_size(q)}),
         )
     except (AssertionError, ValueError) as err:
         raise Unsupported(f"vLLM {RELEASE.name} refuses this configuration: {err}") from None
@@ -327,14 +361,8 @@ def observe(built: Scheduler) -> Settled:
 def vllm_request(q: Query, block_size: int) -> Request:
     """vLLM's request of tokens 0 … M (:func:`prompt_length`), hashed by vLLM's own
     block hasher."""
-    options = {"pooling_params": None, "eos_token_id": None}
-    return Request(
-        "kvhit",
-        list(range(prompt_length(q))),
-        SamplingParams(max_tokens=1),
-        block_hasher=get_request_block_hasher(block_size, sha256),
-        **accepted(Request, options),
-    )
+    hasher = get_request_block_hasher(block_size, sha256)
+    return new_request("kvhit", range(prompt_length(q)), hasher)
 
 
 def connector_answer(q: Query, divergent: DivergentHits = DivergentHits.AUTO) -> dict[str, Any]:

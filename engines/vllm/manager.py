@@ -69,6 +69,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
 from math import gcd, lcm
+from typing import Any
 
 from kvhit.contract import Admitted, EngineConfig, EngineFactory, Rejected, Snapshot
 from kvhit.engines.vllm.release import (
@@ -79,11 +80,12 @@ from kvhit.engines.vllm.release import (
     shared_lookahead,
 )
 from kvhit.errors import TargetError, Unsupported
-from kvhit.model.spec import Query, Upto
+from kvhit.model.spec import Group, Query, Upto
 
 try:
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
+    from vllm.v1.core.block_pool import BlockPool
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import (
         BlockHash,
@@ -126,6 +128,33 @@ def snapshot_row(
         fine = [k for k in units if partial_hits and cached(hashes[j * per + k - 1])]
         row.append(Upto(j * b + fine[-1] * h) if fine else False)
     return tuple(row)
+
+
+def pool_rows(
+    pool: BlockPool, groups: Sequence[Group], hashes: list[BlockHash], partial_hits: bool
+) -> tuple[tuple[bool | Upto, ...], ...]:
+    """Each group's :func:`snapshot_row` over ``hashes`` in vLLM's block pool ``pool``:
+    a key is cached where ``BlockPool.get_cached_block`` finds it for the group. Shared
+    by the stateful and step-level vLLM engines' snapshots."""
+
+    def cached(group_id: int) -> Callable[[BlockHash], bool]:
+        return lambda key: pool.get_cached_block(key, [group_id]) is not None
+
+    h = pool.hash_block_size
+    return tuple(
+        snapshot_row(hashes, g.block_size, h, partial_hits, cached(i)) for i, g in enumerate(groups)
+    )
+
+
+def new_request(
+    request_id: str, tokens: Sequence[int], hasher: Callable[..., Any], max_tokens: int = 1
+) -> Request:
+    """vLLM's ``Request`` of these prompt tokens, hashed by ``hasher`` (vLLM's block
+    hasher), generating ``max_tokens`` tokens whatever it samples (``ignore_eos``);
+    what each release's constructor takes (:mod:`kvhit.engines.vllm.compat`)."""
+    options = {"pooling_params": None, "eos_token_id": None, "block_hasher": hasher}
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    return Request(request_id, list(tokens), params, **accepted(Request, options))
 
 
 class VllmManagerEngine:
@@ -179,26 +208,15 @@ class VllmManagerEngine:
 
     def request(self, request_id: str, tokens: Sequence[int]) -> Request:
         """A vLLM request of these tokens, its block hashes computed by vLLM."""
-        options = {"pooling_params": None, "eos_token_id": None, "block_hasher": self.hasher}
-        params = SamplingParams(max_tokens=1)
-        return Request(request_id, list(tokens), params, **accepted(Request, options))
+        return new_request(request_id, tokens, self.hasher)
 
     def snapshot(self, tokens: Sequence[int]) -> Snapshot:
         """What vLLM's block pool finds cached for ``tokens``, per group: each full
         block, or with a hash unit a partial entry (an :class:`~kvhit.model.spec.Upto`)
         at the longest fine boundary inside the block that is cached."""
         hashes = self.request("snapshot", tokens).block_hashes
-        return Snapshot(tuple(self.cached_row(hashes, i) for i in range(len(self.groups))))
-
-    def cached_row(self, hashes: list[BlockHash], group_id: int) -> tuple[bool | Upto, ...]:
-        """Group ``group_id``'s snapshot row (see :meth:`snapshot`)."""
         pool = self.manager.block_pool
-
-        def cached(key: BlockHash) -> bool:
-            return pool.get_cached_block(key, [group_id]) is not None
-
-        b = self.groups[group_id].block_size
-        return snapshot_row(hashes, b, self.hash_block_size, self.partial_hits, cached)
+        return Snapshot(pool_rows(pool, self.groups, hashes, self.partial_hits))
 
     def admit(self, request: int, tokens: Sequence[int]) -> Admitted | Rejected:
         """Look up, allocate and cache as vLLM's scheduler does; then drop the blocks
