@@ -206,8 +206,8 @@ def test_a_chunked_prompt_whose_window_fills_the_window_pool_never_finishes() ->
     window KV (16 slots: above SGLang's floor of window + page = 14,
     model_executor/pool_configurator.py:210), chunks of 4. After three chunks the
     request holds 12 window slots it still reads (tokens 2..11 are in the next
-    chunk's window), 4 are free, nothing is evictable; the last chunk asks for
-    min(4 + 2, 10) + 4 = 10 (``SWAPrefillBudget.fit_chunk``,
+    chunk's window), 4 are free, nothing is evictable; the last chunk is charged 10
+    (``estimate_swa_kv_tokens`` through ``SWAPrefillBudget.fit_chunk``,
     mem_cache/prefill_budget.py:432-451), so ``add_chunked_req`` parks it
     (managers/schedule_policy.py:1176-1181) at every step, forever."""
     groups = (Group("full", 4), Group("sliding_window", 4, window=11))
@@ -220,3 +220,24 @@ def test_a_chunked_prompt_whose_window_fills_the_window_pool_never_finishes() ->
     assert allocator.swa_available_size() == 4
     assert sglang.scheduler.tree_cache.swa_evictable_size() == 0
     assert sglang.scheduler.chunked_req is sglang.requests[0].req
+
+
+def test_a_hit_that_pins_window_kv_can_leave_a_request_waiting_forever() -> None:
+    """The same class (stuck), no chunk pending: pages of 4, SGLang's window 11, 16
+    window KV slots (floor 15). Two requests cached, nothing running, all 16 slots
+    free or evictable; a request hitting one cached page (its window KV pinned by the
+    admission lock, schedule_policy.py:1431) is charged 13 window slots
+    (``estimate_swa_kv_tokens``, mem_cache/prefill_budget.py:27, whose comment names
+    this risk for pools of about two windows) and admitted only if 13 < 12, the
+    slots left unpinned (prefill_budget.py:250-254): never."""
+    groups = (Group("full", 4), Group("sliding_window", 4, window=12))
+    sglang = SglangSchedulerEngine(EngineConfig(groups, 9, 4, budget=4))
+    sglang.arrive(0, [0] * 11, max_new=2)
+    sglang.arrive(1, [0] * 5, max_new=1)
+    outputs = {0: [1, 1], 1: [1]}
+    while sglang.requests:
+        run(sglang, outputs)
+    allocator, tree = sglang.scheduler.token_to_kv_pool_allocator, sglang.scheduler.tree_cache
+    assert allocator.swa_available_size() + tree.swa_evictable_size() == allocator.size_swa
+    sglang.arrive(2, [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0], max_new=1)
+    assert [parts(run(sglang, {2: [1]})) for _ in range(3)] == [[], [], []]

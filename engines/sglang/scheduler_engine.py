@@ -85,9 +85,9 @@ import torch
 from kvhit.contract import (
     Capabilities,
     EngineConfig,
-    Loop,
     Scheduled,
     Snapshot,
+    StepLoop,
     StepPlan,
     StepResult,
 )
@@ -257,7 +257,7 @@ class SglangSchedulerEngine:
     docstring)."""
 
     capabilities: Capabilities = replace(
-        SglangCacheEngine.capabilities, loop=Loop(cuts=False, asynchronous=False)
+        SglangCacheEngine.capabilities, loop=StepLoop(cuts=False, asynchronous=False)
     )
     """The stateful ``sglang`` engine's configurations; steps run in order, each
     reported before the next is scheduled (SGLang's overlap loop is not driven), and
