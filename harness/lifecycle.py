@@ -350,18 +350,20 @@ class StepRun:
         cut, invalid = set(pending.step.cut), self.failed_loads(pending)
         spoiled = {s.request for s in pending.plan.scheduled if self.reads_any(s, invalid)}
         newly = (cut | spoiled) - pending.void
+        unrun = self.voided(pending, cut - pending.void, "was cut and never ran")
         lost = {block: f"whose load failed in step {pending.number}" for block in invalid}
-        lost |= self.voided(pending, cut - pending.void, "was cut and never ran")
-        lost |= self.voided(pending, spoiled - cut - pending.void, "read a block whose load failed")
+        lost |= unrun | self.voided(
+            pending, spoiled - cut - pending.void, "read a block whose load failed"
+        )
         for later in self.pending:  # scheduled already: computes from what is lost now
-            lost |= self.voided(
-                later, newly - later.void, "computes from what an earlier step lost"
-            )
-            later.void |= newly
+            readers = {s.request for s in later.plan.scheduled if self.reads_any(s, invalid)}
+            fresh = (newly | readers) - later.void
+            lost |= self.voided(later, fresh, "computes from what an earlier step lost")
+            later.void |= fresh
         void = newly | pending.void
         for block, why in lost.items():
             self.ledger.lose(block, why)
-        read = self.read_since(lost)
+        read = self.read_since(unrun)
         if read:
             return Outcome(Verdict.UNSAFE, reason=read)
         ran = tuple(
@@ -404,7 +406,9 @@ class StepRun:
 
     def read_since(self, lost: dict[int, str]) -> str:
         """Why a step scheduled after the one being reported (asynchronous scheduling)
-        read a block that step has just lost, or ''."""
+        read a block that step was to write and never did (its part was cut: the engine
+        published the block before the step ran), or ''. A later read of a block whose
+        load fails is voided instead: the engine could not know yet, and recovers it."""
         for later in self.pending:
             for s in later.plan.scheduled:
                 if s.request in later.void:
