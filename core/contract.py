@@ -79,17 +79,22 @@ class StepLoop:
     """What a step-level engine (:class:`StepEngine`) can be driven through: whether
     its executor may ``cut`` a scheduled step short (an engine that publishes a block
     at schedule time relies on every scheduled step running, so it declares no cuts),
-    whether it runs ``asynchronous``ly (each step reported one late), and whether it
-    loads blocks from outside whose load may fail (``load_failures``)."""
+    whether it runs ``asynchronous``ly (each step reported one late), whether it
+    loads blocks from outside whose load may fail (``load_failures``), and whether its
+    model writes a Mamba state at every block end a step passes (``boundary_states``,
+    as kvhit's tiny model does) or only at the step's last token (vLLM's ``align``
+    mode, which splits chunks at block ends instead)."""
 
     cuts: bool = True
     asynchronous: bool = True
     load_failures: bool = False
+    boundary_states: bool = False
 
     def to_json(self) -> dict[str, bool]:
         """The protocol form."""
         return {"cuts": self.cuts, "asynchronous": self.asynchronous,
-                "load_failures": self.load_failures}  # fmt: skip
+                "load_failures": self.load_failures,
+                "boundary_states": self.boundary_states}  # fmt: skip
 
 
 @dataclass(frozen=True)

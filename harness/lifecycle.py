@@ -45,11 +45,11 @@ was reported (``tests/broken_steps.py`` has engines that break each rule).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kvhit.analysis import Verdict
-from kvhit.contract import Ran, Scheduled, StepPlan, StepResult
+from kvhit.contract import Ran, Scheduled, StepPlan, StepResult, capabilities_of
 from kvhit.harness.compare import Outcome
 from kvhit.harness.ledger import Content, Need, describe, still_read, tokens_text
 from kvhit.harness.saved import StepsFile
@@ -112,6 +112,9 @@ class Pending:
     plan: StepPlan
     step: StepEvent
     tokens: dict[int, tuple[int, ...]]
+    void: set[int] = field(default_factory=set)
+    """Requests whose part of this step computes from what an earlier step lost (its
+    part cut, or a load it read failed): its writes are lost and it samples nothing."""
 
 
 @dataclass
@@ -120,6 +123,9 @@ class StepLedger:
     ``op`` the step that writes it) and why a block holds nothing usable."""
 
     groups: tuple[Group, ...]
+    boundary_states: bool = False
+    """Whether a step writes a Mamba state at every block end it passes, not only at
+    its last token (:class:`~kvhit.contract.StepLoop`)."""
     blocks: dict[int, Content] = field(default_factory=dict)
     lost: dict[int, str] = field(default_factory=dict)
 
@@ -138,21 +144,20 @@ class StepLedger:
 
     def writes(self, s: Scheduled, tokens: tuple[int, ...], number: int) -> dict[int, Content]:
         """What ``s``'s step writes: its tokens' KV through ``end`` (then garbage for
-        its drafts, which the executor rejects), a Mamba group its state at ``end``."""
+        its drafts, which the executor rejects); a Mamba group its state at ``end``
+        (and, with ``boundary_states``, at every block end before it)."""
         out: dict[int, Content] = {}
         written = tokens[: s.end] + (-1,) * s.drafts
         for i, g in enumerate(self.groups):
             b, table = g.block_size, s.tables[i]
-            top = len(written)
-            if g.kind == Kind.MAMBA:
-                indices: Sequence[int] = [(s.end - 1) // b]
-                top = s.end
-            else:
-                indices = range(s.computed // b, -(-top // b))
-            for j in indices:
+            top = s.end if g.kind == Kind.MAMBA else len(written)
+            first = s.computed // b
+            if g.kind == Kind.MAMBA and not self.boundary_states:
+                first = (s.end - 1) // b
+            for j in range(first, -(-top // b)):
                 block = table[j] if j < len(table) else None
                 if block is not None:
-                    end = top if g.kind == Kind.MAMBA else min((j + 1) * b, top)
+                    end = min((j + 1) * b, top)
                     out[block] = Content(i, written[:end], -1, number, end, j * b)
         return out
 
@@ -195,7 +200,8 @@ class StepRun:
         self.runner = runner
         self.program = program
         self.groups = program.config.groups
-        self.ledger = StepLedger(self.groups)
+        loop = capabilities_of(runner).loop
+        self.ledger = StepLedger(self.groups, loop is not None and loop.boundary_states)
         self.live: dict[int, Running] = {}
         self.done: set[int] = set()
         self.pending: list[Pending] = []
@@ -342,18 +348,26 @@ class StepRun:
     def report(self, pending: Pending) -> Outcome:
         """Run the step's mishaps and report it to the engine."""
         cut, invalid = set(pending.step.cut), self.failed_loads(pending)
+        spoiled = {s.request for s in pending.plan.scheduled if self.reads_any(s, invalid)}
+        newly = (cut | spoiled) - pending.void
+        unrun = self.voided(pending, cut - pending.void, "was cut and never ran")
         lost = {block: f"whose load failed in step {pending.number}" for block in invalid}
-        for s in pending.plan.scheduled:
-            if s.request in cut:
-                why = f"which r{s.request}'s part of step {pending.number} was to write; it was cut and never ran"
-                lost |= dict.fromkeys(self.ledger.writes(s, pending.tokens[s.request], 0), why)
+        lost |= unrun | self.voided(
+            pending, spoiled - cut - pending.void, "read a block whose load failed"
+        )
+        for later in self.pending:  # scheduled already: computes from what is lost now
+            readers = {s.request for s in later.plan.scheduled if self.reads_any(s, invalid)}
+            fresh = (newly | readers) - later.void
+            lost |= self.voided(later, fresh, "computes from what an earlier step lost")
+            later.void |= fresh
+        void = newly | pending.void
         for block, why in lost.items():
             self.ledger.lose(block, why)
-        read = self.read_since(lost)
+        read = self.read_since(unrun)
         if read:
             return Outcome(Verdict.UNSAFE, reason=read)
         ran = tuple(
-            self.ran(s, invalid)
+            Ran(s.request, ()) if s.request in void else self.ran(s)
             for s in pending.plan.scheduled
             if s.request in self.live and s.request not in cut
         )
@@ -371,11 +385,34 @@ class StepRun:
             self.end(request)
         return Outcome(Verdict.OK)
 
+    @staticmethod
+    def reads_any(s: Scheduled, blocks: set[int]) -> bool:
+        """Whether ``s``'s tables hold one of ``blocks``."""
+        return any(b in blocks for table in s.tables for b in table)
+
+    def voided(self, pending: Pending, requests: set[int], why: str) -> dict[int, str]:
+        """The blocks the parts of ``requests`` in ``pending`` wrote and that still
+        hold what they wrote, each with why it holds nothing usable."""
+        out: dict[int, str] = {}
+        for s in pending.plan.scheduled:
+            if s.request not in requests:
+                continue
+            said = f"which r{s.request}'s part of step {pending.number} wrote; that part {why}"
+            for block in self.ledger.writes(s, pending.tokens[s.request], 0):
+                held = self.ledger.blocks.get(block)
+                if held is not None and (held.request, held.op) == (s.request, pending.number):
+                    out[block] = said
+        return out
+
     def read_since(self, lost: dict[int, str]) -> str:
         """Why a step scheduled after the one being reported (asynchronous scheduling)
-        read a block that step has just lost, or ''."""
+        read a block that step was to write and never did (its part was cut: the engine
+        published the block before the step ran), or ''. A later read of a block whose
+        load fails is voided instead: the engine could not know yet, and recovers it."""
         for later in self.pending:
             for s in later.plan.scheduled:
+                if s.request in later.void:
+                    continue
                 for need in self.ledger.reads(s, later.tokens[s.request]):
                     if need.block in lost:
                         where = (
@@ -395,14 +432,12 @@ class StepRun:
                     out.add(block)
         return out
 
-    def ran(self, s: Scheduled, invalid: set[int]) -> Ran:
+    def ran(self, s: Scheduled) -> Ran:
         """What the executor samples for ``s``: the request's next output token once
-        its step reaches the last token it has; nothing when its tables hold a block
-        whose load failed (what it sampled is garbage, to be computed again)."""
+        its step reaches the last token it has."""
         live = self.live[s.request]
         output = live.arrival.output
-        spoiled = any(b in invalid for table in s.tables for b in table)
-        if spoiled or s.end < len(live.tokens) or len(live.sampled) >= len(output):
+        if s.end < len(live.tokens) or len(live.sampled) >= len(output):
             return Ran(s.request, ())
         return Ran(s.request, (output[len(live.sampled)],))
 

@@ -543,9 +543,11 @@ class StepMachine(RuleBasedStateMachine):
         if c.hunt is None and c.spent():
             c.stop()
         self.max_tokens = data.draw(st.sampled_from(plan.prompt_limits()), label="prompt tokens")
-        drawn = ENGINE_DRAWERS[plan.shape](c.palette, self.max_tokens, plan.block_sizes)
+        # the pool holds one request's prompt and output: the longest request fits
+        longest = self.max_tokens + OUTPUT_TOKENS
+        drawn = ENGINE_DRAWERS[plan.shape](c.palette, longest, plan.block_sizes)
         program = data.draw(drawn, label="engine")
-        assume(not c.refused(program, self.max_tokens))
+        assume(not c.refused(program, longest))
         budget = data.draw(st.sampled_from(BUDGETS), label="budget")
         late = loop.asynchronous and data.draw(COIN, label="asynchronous")
         config = replace(program.config(), budget=budget, asynchronous=late)

@@ -135,7 +135,9 @@ class StepImpl:
     """
 
     capabilities = Capabilities(
-        drafters=frozenset(), hash_units=False, loop=StepLoop(load_failures=True)
+        drafters=frozenset(),
+        hash_units=False,
+        loop=StepLoop(load_failures=True, boundary_states=True),
     )
 
     def __init__(self, config: EngineConfig):
