@@ -45,7 +45,7 @@ was reported (``tests/broken_steps.py`` has engines that break each rule).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kvhit.analysis import Verdict
@@ -187,6 +187,17 @@ class StepLedger:
             self.blocks[block] = Content(c.group, c.tokens, request, c.op, c.end, c.start)
             self.lost.pop(block, None)
 
+    def copy(self, copies: Sequence[tuple[int, int]]) -> None:
+        """The engine copied these blocks (source, destination), in order."""
+        for source, destination in copies:
+            if source in self.blocks:
+                self.blocks[destination] = self.blocks[source]
+                self.lost.pop(destination, None)
+            else:
+                self.blocks.pop(destination, None)
+                if source in self.lost:
+                    self.lost[destination] = self.lost[source]
+
     def lose(self, block: int, why: str) -> None:
         """The block holds nothing usable any more, for ``why``."""
         self.blocks.pop(block, None)
@@ -203,7 +214,7 @@ class StepRun:
         loop = capabilities_of(runner).loop
         self.ledger = StepLedger(self.groups, loop is not None and loop.boundary_states)
         self.live: dict[int, Running] = {}
-        self.done: set[int] = set()
+        self.gone: dict[int, Running] = {}
         self.pending: list[Pending] = []
         self.last: StepPlan = StepPlan(())
         self.records: list[LogEntry] = []
@@ -257,8 +268,9 @@ class StepRun:
 
     def end(self, request: int) -> None:
         """The request is over (finished or aborted)."""
-        self.live.pop(request, None)
-        self.done.add(request)
+        running = self.live.pop(request, None)
+        if running is not None:
+            self.gone[request] = running
 
     def step(self, step: StepEvent) -> bool:
         """Schedule a step, check it, write it; report the oldest unreported one."""
@@ -291,6 +303,9 @@ class StepRun:
         for r in plan.preempted:
             if r not in self.live:
                 return f"schedule: preempts r{r}, which is not running"
+        for s in plan.draining:
+            if s.request not in self.gone:
+                return f"schedule: drains r{s.request}, which was not aborted"
         for s in plan.scheduled:
             live = self.live.get(s.request)
             if live is None:
@@ -305,14 +320,17 @@ class StepRun:
         return ""
 
     def check(self, plan: StepPlan) -> Outcome:
-        """Every scheduled request's reads, then the writes, then what running requests
-        still read."""
-        writes = {s.request: self.ledger.writes(s, self.live[s.request].sequence, self.number)
-                  for s in plan.scheduled}  # fmt: skip
+        """The engine's copies, every scheduled request's reads, then the writes (those
+        of parts run for aborted requests too), then what running requests still read."""
+        self.ledger.copy(plan.copies)
+        tokens = {s.request: self.live[s.request].sequence for s in plan.scheduled}
+        tokens |= {s.request: self.gone[s.request].sequence for s in plan.draining}
+        writes = {s.request: self.ledger.writes(s, tokens[s.request], self.number)
+                  for s in (*plan.scheduled, *plan.draining)}  # fmt: skip
         step = {block: Content(c.group, c.tokens, r, c.op, c.end, c.start)
                 for r, w in writes.items() for block, c in w.items()}  # fmt: skip
         for s in plan.scheduled:
-            for need in self.ledger.reads(s, self.live[s.request].sequence):
+            for need in self.ledger.reads(s, tokens[s.request]):
                 problem = self.ledger.problem(need, s.request, step)
                 if problem:
                     return Outcome(Verdict.UNSAFE, s.hit, problem)
@@ -320,7 +338,8 @@ class StepRun:
             self.ledger.write(w, r)
         for s in plan.scheduled:
             self.live[s.request].needs = tuple(self.holds(s))
-        return Outcome(Verdict.OK, reason=self.overwritten())
+        overwritten = self.overwritten()
+        return Outcome(Verdict.UNSAFE, reason=overwritten) if overwritten else Outcome(Verdict.OK)
 
     def holds(self, s: Scheduled) -> Iterator[Need]:
         """What the request reads for its next step once this one ran."""
@@ -363,6 +382,8 @@ class StepRun:
         void = newly | pending.void
         for block, why in lost.items():
             self.ledger.lose(block, why)
+        for running in self.live.values():  # what a failed load spoiled is recovered
+            running.needs = tuple(n for n in running.needs if n.block not in lost)
         read = self.read_since(unrun)
         if read:
             return Outcome(Verdict.UNSAFE, reason=read)

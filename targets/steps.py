@@ -179,16 +179,37 @@ def decode_plan(value: Any) -> StepPlan:
     """A ``schedule`` answer line as a :class:`~kvhit.contract.StepPlan`:
     ``{"scheduled": [{"request": r, "computed": c, "new": n, "tables": [[id or null,
     ...] per group]}, ...], "preempted": [r, ...]}`` (each scheduled entry may add
-    ``hit``, ``drafts`` and ``loaded``); :class:`BadReturn` if it is not so shaped.
+    ``hit``, ``drafts`` and ``loaded``; the plan may add ``copies``, ``[[source,
+    destination], ...]``, and ``draining``, entries like ``scheduled``'s for aborted
+    requests); :class:`BadReturn` if it is not so shaped.
 
     >>> decode_plan({"scheduled": [{"request": 0, "computed": 0, "new": 2, "tables": [[1]]}]})
-    StepPlan(scheduled=(Scheduled(request=0, computed=0, new=2, tables=((1,),), hit=None, drafts=0, loaded=()),), preempted=())
+    StepPlan(scheduled=(Scheduled(request=0, computed=0, new=2, tables=((1,),), hit=None, drafts=0, loaded=()),), preempted=(), copies=(), draining=())
     """
     if not isinstance(value, dict) or not isinstance(value.get("scheduled"), list):
         raise BadReturn(f"schedule: must be {{'scheduled': [...]}}, got {shown(value)}")
+    copies = value.get("copies", [])
+    if not isinstance(copies, list) or not all(
+        isinstance(c, list) and len(c) == 2 and all(_count(b, 0) for b in c) for c in copies
+    ):
+        raise BadReturn(
+            f"schedule: copies: must be [[source, destination], ...], got {shown(copies)}"
+        )
+    return StepPlan(
+        decode_scheduled(value["scheduled"], "scheduled"),
+        ids(value.get("preempted", []), "schedule: preempted"),
+        tuple((c[0], c[1]) for c in copies),
+        decode_scheduled(value.get("draining", []), "draining"),
+    )
+
+
+def decode_scheduled(value: Any, name: str) -> tuple[Scheduled, ...]:
+    """A plan's list of scheduled parts (its field ``name``)."""
+    if not isinstance(value, list):
+        raise BadReturn(f"schedule: {name}: must be a list, got {shown(value)}")
     out = []
-    for k, s in enumerate(value["scheduled"]):
-        field = f"schedule: scheduled[{k}]"
+    for k, s in enumerate(value):
+        field = f"schedule: {name}[{k}]"
         keys = {"request", "computed", "new", "tables"}
         if (
             not isinstance(s, dict)
@@ -212,7 +233,7 @@ def decode_plan(value: Any) -> StepPlan:
             raise BadReturn(f"{field}.loaded: must be a list of block lists")
         out.append(Scheduled(s["request"], s["computed"], s["new"], tuple(map(tuple, tables)),
                              hit, drafts, tuple(ids(g, f"{field}.loaded") for g in loaded)))  # fmt: skip
-    return StepPlan(tuple(out), ids(value.get("preempted", []), "schedule: preempted"))
+    return tuple(out)
 
 
 StepMessage = Create | Look | Arrive | Abort | Schedule | Report
