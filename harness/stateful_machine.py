@@ -522,8 +522,10 @@ class StepMachine(RuleBasedStateMachine):
     as for programs, with a token budget per step and, when its loop declares it,
     asynchronous steps; then requests arrive (prompts drawn as for programs), are
     aborted, and steps run, some cut short or failing a load where the loop declares
-    that. Each event is checked (:mod:`kvhit.harness.lifecycle`); at the end kvhit
-    runs steps until every request is over."""
+    that, or run until every request is over (``drain``, where a loop that makes no
+    progress is ``stuck``). Each event is checked (:mod:`kvhit.harness.lifecycle`).
+    (Draining is a rule, not the machine's teardown: a finding in a teardown could not
+    be shrunk. A replay drains at the end.)"""
 
     campaign: ProgramCampaign
 
@@ -532,7 +534,6 @@ class StepMachine(RuleBasedStateMachine):
         self.run: StepRun | None = None
         self.prompts: list[tuple[int, ...]] = []
         self.max_tokens = 0
-        self.drained = False
 
     @initialize(data=st.data())
     def create(self, data: st.DataObject) -> None:
@@ -603,13 +604,12 @@ class StepMachine(RuleBasedStateMachine):
         for entry in self.run.records[seen:]:
             self.campaign.observe(self.run, entry)
 
-    def teardown(self) -> None:
+    @precondition(lambda self: self.run is not None and self.run.live)
+    @rule()
+    def drain(self) -> None:
         """Run steps until every request is over; ``stuck`` if they never are."""
-        run = self.run
-        if run is None or run.verdict.disagrees or self.drained:
-            return
-        self.drained = True
-        seen = len(run.records)
-        run.drained()
-        for entry in run.records[seen:]:
-            self.campaign.observe(run, entry, operation=False)
+        assert self.run is not None
+        seen = len(self.run.records)
+        self.run.drained()
+        for entry in self.run.records[seen:]:
+            self.campaign.observe(self.run, entry)
