@@ -21,7 +21,7 @@ where its capabilities cannot say it; and how to install it when it is missing.
     >>> load("model", Mode.STATEFUL)
     Traceback (most recent call last):
     ...
-    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, impl-steps, vllm, vllm-connector, vllm-scheduler, sglang, or module:factory
+    kvhit.errors.TargetError: target 'model' has no stateful engine; stateful built-ins: impl, impl-steps, vllm, vllm-connector, vllm-scheduler, sglang, sglang-scheduler, or module:factory
 
 Built-ins are imported only when asked for, so ``vllm`` and ``sglang`` cost nothing unless used.
 """
@@ -129,6 +129,11 @@ BUILTINS: dict[str, BuiltIn] = {
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",
         "kvhit.engines.sglang.cache:SglangCacheEngine",
+        shape="sglang",
+        hint=SGLANG_HINT,
+    ),
+    "sglang-scheduler": BuiltIn(
+        stateful="kvhit.engines.sglang.scheduler_engine:SglangSchedulerEngine",
         shape="sglang",
         hint=SGLANG_HINT,
     ),
