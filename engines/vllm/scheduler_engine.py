@@ -158,9 +158,26 @@ def hashed_at_block_size(q: Query) -> str | None:
     return None
 
 
+def states_inside_blocks(q: Query) -> str | None:
+    """A Mamba block larger than the hash unit keeps states at the hash unit inside a
+    block, which vLLM's model runner copies between state blocks as the scheduler tells
+    it (align mode); kvhit's executor writes a state only at a step's last token and
+    does not make those copies, so such a configuration is not driven here."""
+    unit = q.hash_unit
+    if unit is not None and any(g.kind == Kind.MAMBA and g.block_size > unit for g in q.groups):
+        return (
+            "a Mamba block larger than the hash unit: the model runner's state copies "
+            "inside a block are not modelled by kvhit's executor"
+        )
+    return None
+
+
 SCHEDULER_CAPABILITIES: Capabilities = replace(
     manager_capabilities(RELEASE), drafters=frozenset(), tiers=False, loop=StepLoop(cuts=False)
-).with_rules(Rule(hashed_at_block_size.__name__, hashed_at_block_size))
+).with_rules(
+    Rule(hashed_at_block_size.__name__, hashed_at_block_size),
+    Rule(states_inside_blocks.__name__, states_inside_blocks),
+)
 """What the ``vllm-scheduler`` target can be driven with on the installed release
 (module docstring)."""
 
