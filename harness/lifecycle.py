@@ -366,7 +366,8 @@ class StepRun:
 
     def report(self, pending: Pending) -> Outcome:
         """Run the step's mishaps and report it to the engine."""
-        cut, invalid = set(pending.step.cut), self.failed_loads(pending)
+        scheduled = {s.request for s in pending.plan.scheduled}
+        cut, invalid = set(pending.step.cut) & scheduled, self.failed_loads(pending)
         spoiled = {s.request for s in pending.plan.scheduled if self.reads_any(s, invalid)}
         newly = (cut | spoiled) - pending.void
         unrun = self.voided(pending, cut - pending.void, "was cut and never ran")

@@ -124,7 +124,9 @@ BUILTINS: dict[str, BuiltIn] = {
         options="kvhit.engines.vllm.options:CONNECTOR_OPTIONS",
     ),
     "vllm-scheduler": BuiltIn(
-        stateful="kvhit.engines.vllm.scheduler_engine:VllmSchedulerEngine", hint=VLLM_HINT
+        stateful="kvhit.engines.vllm.scheduler_engine:vllm_scheduler_engine",
+        hint=VLLM_HINT,
+        options="kvhit.engines.vllm.options:SCHEDULER_OPTIONS",
     ),
     "sglang": BuiltIn(
         "kvhit.engines.sglang.target:sglang_target",

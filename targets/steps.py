@@ -19,7 +19,9 @@ event                                                       meaning
 ``{"op": "step"}``, with any of ``"cut": [r, ...]``,        the engine schedules a step and
 ``"fail": [[r, g, j], ...]``                                kvhit runs it: the parts of the
                                                             requests in ``cut`` never run
-                                                            (each is aborted in flight);
+                                                            (each is aborted in flight; a
+                                                            request the step does not run
+                                                            is not cut);
                                                             block j of group g of r's table,
                                                             if r loads it in this step, is
                                                             reported as a failed load

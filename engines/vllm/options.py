@@ -5,6 +5,8 @@ registry and the CLI can name them without importing vLLM.
   (:class:`EaglePath`).
 - ``divergent`` (target ``vllm-connector``): what kvhit's connector says to vLLM's
   ``supports_divergent_local_hybrid_hits`` (:class:`DivergentHits`).
+- ``cuts`` (target ``vllm-scheduler``): whether kvhit's executor may drop an aborted
+  request's part of a step in flight (:class:`InFlightAborts`).
 
     >>> EAGLE.default, DIVERGENT.values
     ('default', ('auto', 'on', 'off'))
@@ -45,6 +47,17 @@ class DivergentHits(StrEnum):
     OFF = "off"
 
 
+class InFlightAborts(StrEnum):
+    """What kvhit's executor does with a step part of a request aborted while the step
+    is in flight (option ``cuts`` of ``vllm-scheduler``)."""
+
+    RUN = "run"
+    """It runs, as vLLM's model runner runs every step the scheduler sent: never cut."""
+    DROP = "drop"
+    """It may never run, as vLLM #56525 reports in production (a client abort
+    mid-prefill, Kimi-K3 on vLLM's V2 model runner): steps are cut."""
+
+
 EAGLE = Option(
     "eagle",
     tuple(map(str, EaglePath)),
@@ -59,7 +72,16 @@ DIVERGENT = Option(
     "a tier holds the Mamba kind (auto), always (on) or never (off)",
 )
 
+CUTS = Option(
+    "cuts",
+    tuple(map(str, InFlightAborts)),
+    "whether an aborted request's part of a step in flight still runs (run: vLLM's "
+    "model runner) or may never run (drop: vLLM #56525's production report)",
+)
+
 LOOKUP_OPTIONS = (EAGLE,)
 """The options of targets ``vllm`` and ``vllm-undocumented``."""
 CONNECTOR_OPTIONS = (DIVERGENT,)
 """The options of target ``vllm-connector``."""
+SCHEDULER_OPTIONS = (CUTS,)
+"""The options of target ``vllm-scheduler``."""

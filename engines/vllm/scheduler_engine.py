@@ -97,7 +97,7 @@ engine does not load.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -107,10 +107,12 @@ from kvhit.contract import (
     Rule,
     Scheduled,
     Snapshot,
+    StepFactory,
     StepLoop,
     StepPlan,
     StepResult,
 )
+from kvhit.engines.vllm.options import InFlightAborts
 from kvhit.engines.vllm.release import (
     MAX_MODEL_LEN,
     import_failure,
@@ -310,3 +312,20 @@ def runner_output(step: dict[str, int], result: StepResult) -> Any:
         sampled_token_ids=[sampled.get(r, []) for r in ids],
         **accepted(ModelRunnerOutput, index),
     )
+
+
+class AbortedInFlight(VllmSchedulerEngine):
+    """:class:`VllmSchedulerEngine` under an executor that may drop an aborted
+    request's part of a step in flight (``--option cuts=drop``): the same engine, whose
+    loop now declares cuts."""
+
+    capabilities = replace(SCHEDULER_CAPABILITIES, loop=StepLoop(cuts=True))
+
+
+def vllm_scheduler_engine(options: Mapping[str, str]) -> StepFactory:
+    """The ``vllm-scheduler`` built-in for the target's ``options``: its steps are never
+    cut (``cuts=run``, vLLM's model runner runs what was scheduled), or may be
+    (``cuts=drop``)."""
+    if options.get("cuts", str(InFlightAborts.RUN)) == InFlightAborts.DROP:
+        return AbortedInFlight
+    return VllmSchedulerEngine
