@@ -123,6 +123,7 @@ from kvhit.errors import BadInput, Unsupported
 from kvhit.model.spec import Kind, Query
 
 try:
+    from vllm.config import CacheConfig
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -174,11 +175,29 @@ def states_inside_blocks(q: Query) -> str | None:
     return None
 
 
+ALIGN_MODE = takes(CacheConfig, "mamba_cache_mode")
+"""Whether the installed release's ``CacheConfig`` has ``mamba_cache_mode`` (0.16.0+),
+so Mamba states are cached in ``align`` mode: chunks split at block ends, the state
+written at a chunk's end."""
+
+
+def without_align_mode(q: Query) -> str | None:
+    """Before ``align`` mode, which Mamba states vLLM's model runner writes inside a
+    chunk (the chunk's end only, or every block end) is not read here, so kvhit's
+    executor cannot say what a Mamba block holds: not driven. (Driven as if only the
+    chunk's end were written, 0.14.0 caches a block a chunk passes over and a later
+    request reads it: a candidate, not a finding.)"""
+    if ALIGN_MODE or not any(g.kind == Kind.MAMBA for g in q.groups):
+        return None
+    return f"vLLM {RELEASE.name} has no mamba_cache_mode: its Mamba states inside a chunk are not modelled"
+
+
 SCHEDULER_CAPABILITIES: Capabilities = replace(
     manager_capabilities(RELEASE), drafters=frozenset(), tiers=False, loop=StepLoop(cuts=False)
 ).with_rules(
     Rule(hashed_at_block_size.__name__, hashed_at_block_size),
     Rule(states_inside_blocks.__name__, states_inside_blocks),
+    Rule(without_align_mode.__name__, without_align_mode),
 )
 """What the ``vllm-scheduler`` target can be driven with on the installed release
 (module docstring)."""
