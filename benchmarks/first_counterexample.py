@@ -12,7 +12,8 @@ when it saves none. The cases (or programs) checked come from the run's
 few past the one that disagreed.
 
 The engines are the tests' own broken ones: each lookup of ``tests/broken_targets.py``
-(stateless), each bug of ``tests/broken_stateful.py`` (stateful), and
+(stateless), each bug of ``tests/broken_stateful.py`` and ``tests/broken_steps.py``
+(stateful; the step-level ones driven through their loop), and
 :func:`ignores_tiers` here (tiered): a lookup that declares tiers and answers the
 fixed point of its own pool's rows, as if no tier held anything. The two lookups that
 end the interpreter (a segfault, ``os._exit``) are gated with ``--isolate``: at the
@@ -110,11 +111,14 @@ STATEFUL = (  # fails_to_start and Interrupted are not bugs to find
     "first_full_truncated",
     "forgetful_and_falls_over",
 )
+STEPS = ("PublishesAtSchedule", "SameStepMamba", "EvictsReferencedMamba", "TruncationRecovery")
+"""The step-level engines of ``tests/broken_steps.py`` (issue 42: each within a minute)."""
 ENGINES = (
     *(Engine(f"tests.broken_targets:{name}", Campaign.STATELESS) for name in STATELESS),
     *(Engine(f"tests.broken_targets:{name}", Campaign.STATELESS, True) for name in ENDS_PROCESS),
     Engine(f"benchmarks.first_counterexample:{ignores_tiers.__name__}", Campaign.TIERED),
     *(Engine(f"tests.broken_stateful:{name}", Campaign.STATEFUL) for name in STATEFUL),
+    *(Engine(f"tests.broken_steps:{name}", Campaign.STATEFUL) for name in STEPS),
 )
 GOALS = {Campaign.STATELESS: 5.0, Campaign.TIERED: 5.0, Campaign.STATEFUL: 20.0}
 """Seconds to the first counterexample the issue asks for, on a quiet machine."""

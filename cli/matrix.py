@@ -46,7 +46,8 @@ from kvhit.engines.vllm.divergences import CONNECTOR_CLASSES, in_release
 from kvhit.errors import BadInput, TargetError
 from kvhit.targets.target_spec import TargetSpec
 
-COLUMNS = (Verdict.OK, *DISAGREEMENTS, Verdict.UNSUPPORTED)
+COLUMNS = (Verdict.OK, *(v for v in DISAGREEMENTS if v != Verdict.STUCK), Verdict.UNSUPPORTED)
+"""A matrix's columns: a lookup is never stuck (a step-level engine's class)."""
 DEFAULT_CASES = 20_000
 MATRIX_OUT = "kvhit-matrix"
 NO_TIME_BOUND = 86_400  # the random phase ends at --cases, not on a clock

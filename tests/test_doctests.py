@@ -16,9 +16,11 @@ NEEDS = {  # modules that import an optional engine
     "kvhit.engines.vllm.kv_connector": "vllm",
     "kvhit.engines.vllm.connector_lookup": "vllm",
     "kvhit.engines.vllm.connector_engine": "vllm",
+    "kvhit.engines.vllm.scheduler_engine": "vllm",
     "kvhit.engines.sglang.target": "sglang",
     "kvhit.engines.sglang.cache": "sglang",
     "kvhit.engines.sglang.hicache": "sglang",
+    "kvhit.engines.sglang.scheduler_engine": "sglang",
 }
 
 

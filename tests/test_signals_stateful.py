@@ -17,12 +17,11 @@ from test_stateful import Recorder, admit, open_stateful, program
 
 from kvhit.cli.main import main
 from kvhit.contract import Admitted
-from kvhit.harness import stateful_machine
 from kvhit.harness import tally as tally_module
 from kvhit.harness.ledger import Ledger
 from kvhit.harness.random_cases import Choice
 from kvhit.harness.saved import ProgramFile, decode
-from kvhit.harness.stateful import disagreement_of, run_program
+from kvhit.harness.stateful import ProgramDisagreement, disagreement_of, run_program
 from kvhit.harness.stateful_machine import ProgramPlan, run_programs
 from kvhit.model.spec import Group
 from kvhit.targets.stateful import Admission
@@ -246,7 +245,7 @@ def test_ctrl_c_while_shrinking_saves_the_shortest_program_so_far(
     def ctrl_c(*args: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(stateful_machine, "size", ctrl_c)
+    monkeypatch.setattr(ProgramDisagreement, "size", ctrl_c)
     args = ["gate", "--stateful", "--target", STOLEN, "--json", "--out", str(tmp_path)]
     result = CliRunner().invoke(main, [*args, "--cases", "200"], catch_exceptions=False)
     report = json.loads(result.stdout)

@@ -42,7 +42,7 @@ Not SGLang's, and why (each the part a model, a GPU or a server would give):
 - the model config: a namespace with the fields this path reads (vocabulary, no
   encoder, no reasoning tokens);
 - process groups: ranks 0 stated through SGLang's ``get_parallel()``
-  (``override_permanently``), one micro-batch of :data:`ROWS` requests;
+  (``override_permanently``), one micro-batch of :data:`~kvhit.engines.sglang.cache.ROWS` requests;
 - the metrics and load reports ``process_batch_result`` sends around the dispatch
   (scheduler.py:5082-5088, 5108-5118) are not sent; the detokenizer is a sink.
 
@@ -91,7 +91,7 @@ from kvhit.contract import (
     StepPlan,
     StepResult,
 )
-from kvhit.engines.sglang.cache import SglangCacheEngine
+from kvhit.engines.sglang.cache import MODEL, ROWS, SglangCacheEngine
 from kvhit.engines.sglang.target import _SERVER_ARGS
 from kvhit.errors import Unsupported
 from kvhit.model.spec import Kind
@@ -111,17 +111,15 @@ from sglang.srt.runtime_context import get_parallel
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-ROWS = 64  # SGLang's request rows (SglangCacheEngine's pools): its running requests
 MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens (arg_groups/fields/schedule.py)
-MODEL = SimpleNamespace(
-    vocab_size=1 << 16,
-    is_encoder_decoder=False,
+SCHEDULER_MODEL = SimpleNamespace(
+    **vars(MODEL),
     is_multimodal=False,
     hf_eos_token_id=None,
     self_opened_think_start_ids=None,
     think_end_ids=None,
 )
-"""What this path reads of SGLang's ``ModelConfig``."""
+"""What this path reads of SGLang's ``ModelConfig`` (the cache engine's, and more)."""
 
 RANKS = dict(pp_rank=0, tp_rank=0, attn_tp_rank=0, attn_cp_rank=0, attn_dp_rank=0, dp_rank=0)
 
@@ -154,7 +152,7 @@ def new_scheduler(cache: Any, budget: int | None) -> Any:
     s.req_to_token_pool = cache.req_to_token_pool
     s.token_to_kv_pool_allocator = cache.token_to_kv_pool_allocator
     s.page_size = cache.page_size
-    s.model_config = MODEL
+    s.model_config = SCHEDULER_MODEL
     s.device = "cpu"
     allocator = s.token_to_kv_pool_allocator
     # a hybrid's token count is its full pool's (model_executor/pool_configurator.py:896)
@@ -221,7 +219,7 @@ def new_scheduler(cache: Any, budget: int | None) -> Any:
 
 
 @dataclass
-class Started:
+class SglangRequest:
     """What the engine knows of a request SGLang runs: its ``Req``, and whether its
     next step is the one that (re)starts it (after arrival or a retraction)."""
 
@@ -279,8 +277,8 @@ class SglangSchedulerEngine:
         self.copies = Copies()
         if self.tree.tree.mamba_index is not None:
             self.copies.record(self.tree.cache.req_to_token_pool.mamba_pool)
-        self.requests: dict[int, Started] = {}  # kvhit's requests not over
-        self.known: dict[int, Started] = {}  # and the aborted ones SGLang still holds
+        self.requests: dict[int, SglangRequest] = {}  # kvhit's requests not over
+        self.known: dict[int, SglangRequest] = {}  # and the aborted ones SGLang still holds
         self.batches: list[Any] = []  # the batches scheduled and not yet reported
 
     # --- requests -------------------------------------------------------------------
@@ -300,7 +298,7 @@ class SglangSchedulerEngine:
         error = validate_input_length(req, s.max_req_input_len, allow_auto_truncate=False)
         if error or req.to_finish is not None:
             raise Unsupported(f"SGLang refuses the request: {error or req.to_finish.message}")
-        self.requests[request] = self.known[request] = Started(req)
+        self.requests[request] = self.known[request] = SglangRequest(req)
         s._add_request_to_queue(req)
 
     def abort(self, request: int) -> None:
