@@ -52,6 +52,26 @@ class Outcome:
         return self.cls.disagrees
 
 
+class EndsInOutcome:
+    """A run that ends at its ``last`` entry (an operation or a step, with an
+    ``outcome``): its class and reason are that entry's."""
+
+    @property
+    def last(self) -> Any:
+        """The entry the run ended at."""
+        raise NotImplementedError
+
+    @property
+    def cls(self) -> Verdict:
+        """The class of the disagreement."""
+        return self.last.outcome.cls
+
+    @property
+    def reason(self) -> str:
+        """Why it is a disagreement, for people."""
+        return self.last.outcome.reason
+
+
 def held(row: Sequence[Any], j: int) -> bool:
     """Whether block j of a row is cached, wholly or (:class:`Upto`) in part."""
     return 0 <= j < len(row) and (isinstance(row[j], Upto) or PY.bit(row, j))

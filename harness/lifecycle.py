@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from kvhit.analysis import Verdict
 from kvhit.contract import Ran, Scheduled, StepPlan, StepResult, capabilities_of
-from kvhit.harness.compare import Outcome
+from kvhit.harness.compare import EndsInOutcome, Outcome
 from kvhit.harness.ledger import Content, Need, describe, still_read, tokens_text
 from kvhit.harness.saved import StepsFile
 from kvhit.model.spec import Group, Kind
@@ -514,7 +514,7 @@ def run_steps(runner: Runner, program: StepProgram) -> StepRun:
 
 
 @dataclass(frozen=True)
-class StepDisagreement:
+class StepDisagreement(EndsInOutcome):
     """A (shrunk) step program whose run ends in a disagreement."""
 
     target: TargetRecord
@@ -525,16 +525,6 @@ class StepDisagreement:
     def last(self) -> LogEntry:
         """The entry that disagreed."""
         return self.records[-1] if self.records else LogEntry("create", Outcome(Verdict.OK))
-
-    @property
-    def cls(self) -> Verdict:
-        """The class of the disagreement."""
-        return self.last.outcome.cls
-
-    @property
-    def reason(self) -> str:
-        """Why it is a disagreement, for people."""
-        return self.last.outcome.reason
 
     def size(self) -> tuple[int, int, int]:
         """Fewer events first, then fewer tokens, then fewer groups."""

@@ -41,7 +41,7 @@ from typing import Any
 from kvhit.analysis import Analysis, Verdict
 from kvhit.contract import Admitted, EngineConfig, Rejected
 from kvhit.draw import draw
-from kvhit.harness.compare import Outcome, judge_reply
+from kvhit.harness.compare import EndsInOutcome, Outcome, judge_reply
 from kvhit.harness.ledger import Ledger, tokens_text
 from kvhit.harness.saved import ProgramFile
 from kvhit.model.spec import Answer, Query, longest_hit
@@ -219,7 +219,7 @@ def op_line(number: int, step: Step) -> str:
 
 
 @dataclass(frozen=True)
-class ProgramDisagreement:
+class ProgramDisagreement(EndsInOutcome):
     """A (shrunk) program after which the engine's last operation disagrees."""
 
     target: TargetRecord
@@ -231,16 +231,6 @@ class ProgramDisagreement:
         """The step that disagreed (a program of no operation on an engine that was
         created: that creation, ok)."""
         return self.steps[-1] if self.steps else Step(None, Outcome(Verdict.OK))
-
-    @property
-    def cls(self) -> Verdict:
-        """The class of the disagreement."""
-        return self.last.outcome.cls
-
-    @property
-    def reason(self) -> str:
-        """Why it is a disagreement, for people."""
-        return self.last.outcome.reason
 
     def size(self) -> tuple[int, int, int]:
         """Shorter programs first, then fewer tokens, then fewer groups."""
