@@ -42,15 +42,24 @@ from kvhit.targets.wire import json_safe
 @contextmanager
 def interrupts_deferred() -> Iterator[None]:
     """Ctrl-C (SIGINT) held back until the block ends, on the main thread: a swap of
-    saved files is never cut in half, leaving a file no report names."""
+    saved files is never cut in half, leaving a file no report names. The block's own
+    handler notes the signal and the one before it runs at the end; a signal already
+    pending when the block starts reaches that handler too (blocking the signal at the
+    OS would not hold back one Python has already noted)."""
     if not on_main_thread():
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        else:
+            raise KeyboardInterrupt
 
 
 Case = tuple[Query, Answer | None]  # the query and, when the source knows it, L*'s answer
